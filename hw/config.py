@@ -1,0 +1,171 @@
+"""One validated description of every generator parameter.
+
+A :class:`DeviceConfig` is built once (from a preset in ``configs/*.toml`` or in code)
+and handed to every block. Construction validates each value and raises
+:class:`ValueError` naming the bad value, so a bad config never reaches elaboration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+__all__ = ["DeviceConfig", "load_config", "CONFIG_DIR", "preset_names"]
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+#: CXL moves whole 64-byte lines; every data path of the device is one line wide.
+LINE_BITS = 512
+LINE_BYTES = LINE_BITS // 8
+#: HDM base and size are programmed in 4 KiB granules (the low 12 bits read as zero).
+HDM_GRANULE = 4096
+#: Host physical addresses are 52 bits (CXL Addr[51:6] carries the line address).
+HOST_ADDR_BITS = 52
+
+
+def _is_pow2(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceConfig:
+    """Every generator parameter of the TrainingCXL device.
+
+    Parameters
+    ----------
+    name:
+        Configuration tag; becomes part of every generated module name
+        (``tcxl_device_<name>``), so it must be a Verilog identifier fragment.
+    line_bits:
+        Data width of every channel and of the PMEM port. Fixed at 512 (one CXL line).
+    pmem_size:
+        Bytes of device memory behind the PMEM port (power of two, at least 64 KiB).
+        The PMEM AXI address is ``log2(pmem_size)`` bits wide.
+    hdm_base:
+        Reset value of the HDM decoder base (host physical address, 4 KiB aligned).
+    hdm_size:
+        Reset value of the HDM decoder size in bytes (4 KiB multiple, at most
+        ``pmem_size``). Zero disables the decoder until software programs it.
+    max_tags:
+        CXL.mem requests the endpoint keeps in flight towards PMEM (reads and writes
+        together). Little's law: reaching the PMEM peak of one line per cycle needs
+        at least the PMEM latency in flight, hence the default of 256.
+    axi_id_width:
+        PMEM AXI ID width; at least 6 (ARCHITECTURE §4.2) and wide enough to give
+        every in-flight request its own ID (``2**axi_id_width >= max_tags``).
+    hazard_buckets:
+        Size of the endpoint's same-line ordering table (power of two). Lines are
+        hashed into buckets; a false match only delays a request, never reorders it.
+    csr_addr_width:
+        Byte-address width of the AXI4-Lite CSR port (12 to 24).
+    """
+
+    name: str = "default"
+    line_bits: int = LINE_BITS
+    pmem_size: int = 1 << 30
+    hdm_base: int = 0
+    hdm_size: int = 1 << 30
+    max_tags: int = 256
+    axi_id_width: int = 8
+    hazard_buckets: int = 256
+    csr_addr_width: int = 16
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
+            raise ValueError(f"name must match [a-z][a-z0-9_]*, not {self.name!r}")
+        for f in fields(self):
+            if f.name != "name":
+                value = getattr(self, f.name)
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise ValueError(f"{f.name} must be an integer, not {value!r}")
+        if self.line_bits != LINE_BITS:
+            raise ValueError(f"line_bits is fixed at {LINE_BITS}, not {self.line_bits}")
+        if not _is_pow2(self.pmem_size) or not (1 << 16) <= self.pmem_size <= (1 << 46):
+            raise ValueError(
+                f"pmem_size must be a power of two between 64 KiB and 64 TiB, not {self.pmem_size}")
+        if self.hdm_base % HDM_GRANULE or not 0 <= self.hdm_base < (1 << HOST_ADDR_BITS):
+            raise ValueError(
+                f"hdm_base must be a 4 KiB aligned 52-bit address, not {self.hdm_base:#x}")
+        if self.hdm_size % HDM_GRANULE or not 0 <= self.hdm_size <= self.pmem_size:
+            raise ValueError(
+                f"hdm_size must be a 4 KiB multiple no larger than pmem_size "
+                f"({self.pmem_size}), not {self.hdm_size}")
+        if self.hdm_base + self.hdm_size > (1 << HOST_ADDR_BITS):
+            raise ValueError(
+                f"hdm_base + hdm_size must stay below 2**52, not {self.hdm_base + self.hdm_size:#x}")
+        if not 1 <= self.max_tags <= 4096:
+            raise ValueError(f"max_tags must be between 1 and 4096, not {self.max_tags}")
+        if not 6 <= self.axi_id_width <= 16:
+            raise ValueError(f"axi_id_width must be between 6 and 16, not {self.axi_id_width}")
+        if (1 << self.axi_id_width) < self.max_tags:
+            raise ValueError(
+                f"axi_id_width {self.axi_id_width} gives {1 << self.axi_id_width} IDs, "
+                f"fewer than max_tags {self.max_tags}")
+        if not _is_pow2(self.hazard_buckets) or not 2 <= self.hazard_buckets <= 4096:
+            raise ValueError(
+                f"hazard_buckets must be a power of two between 2 and 4096, not {self.hazard_buckets}")
+        if not 12 <= self.csr_addr_width <= 24:
+            raise ValueError(
+                f"csr_addr_width must be between 12 and 24, not {self.csr_addr_width}")
+
+    # Derived values: read-only, computed from the fields so they can never disagree.
+    @property
+    def line_bytes(self) -> int:
+        return self.line_bits // 8
+
+    @property
+    def pmem_addr_width(self) -> int:
+        """Byte-address width of the PMEM AXI port."""
+        return self.pmem_size.bit_length() - 1
+
+    @property
+    def pmem_lines(self) -> int:
+        return self.pmem_size // self.line_bytes
+
+    @property
+    def tag_index_width(self) -> int:
+        """Bits to number an in-flight slot (at least 1)."""
+        return max(1, (self.max_tags - 1).bit_length())
+
+    @property
+    def hazard_bucket_width(self) -> int:
+        return self.hazard_buckets.bit_length() - 1
+
+    @property
+    def tag(self) -> str:
+        """Suffix for generated module names."""
+        return self.name
+
+    def params(self) -> dict[str, int]:
+        """Every integer generator parameter, in declaration order (for capability CSRs)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "name"}
+
+    def replace(self, **changes) -> DeviceConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+
+
+def load_config(source: str | Path) -> DeviceConfig:
+    """Load a preset by name (``"default"``) or from a TOML file path.
+
+    Unknown keys are rejected with a message naming them.
+    """
+    path = Path(source)
+    if not path.suffix:
+        path = CONFIG_DIR / f"{source}.toml"
+    if not path.is_file():
+        raise ValueError(f"config {str(source)!r} not found (presets: {', '.join(preset_names())})")
+    with path.open("rb") as f:
+        data = tomllib.load(f)
+    known = {f.name for f in fields(DeviceConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown config key(s) {', '.join(unknown)} in {path}")
+    data.setdefault("name", path.stem.replace("-", "_"))
+    return DeviceConfig(**data)

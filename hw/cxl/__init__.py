@@ -1,0 +1,1 @@
+"""CXL side of the device: message layouts and opcodes, the CXL.mem endpoint."""

