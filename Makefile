@@ -1,0 +1,72 @@
+# TrainingCXL device: every flow goes through this file.
+#   make sim      the main job (today: CXL.mem traffic demonstration)
+#   make test     the whole regression (pytest -n auto, Verilator and Icarus)
+#   make verilog  elaborate every design for CONFIG into build/verilog/<config>/
+#   make lint     Verilator -Wall on every generated module, ruff on the Python
+#   make bench    benchmarks, JSON under build/bench/
+# Variables: SIM=verilator|icarus  CONFIG=<preset name or .toml path>  WAVES=1  SEED=<n>
+
+SIM    ?= verilator
+CONFIG ?= default
+WAVES  ?= 0
+PYTHON ?= python3
+
+VENV  := .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# make test runs both simulators unless SIM is given on the command line or in the environment.
+TEST_SIM := $(if $(filter command line environment,$(origin SIM)),$(SIM))
+# make lint checks every preset unless CONFIG is given.
+LINT_CONFIGS := $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG))
+
+.PHONY: all venv verilog sim test lint bench clean check-icarus check-sim help
+all: help
+
+help:
+	@sed -n '2,8p' Makefile
+
+# First use: create .venv and install the pinned dependencies from pyproject.toml.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || \
+	  { echo "error: Python 3.11 is required as '$(PYTHON)' (set PYTHON=/path/to/python3.11)"; exit 1; }
+	@$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || \
+	  { echo "error: Python's venv module is missing: sudo apt-get install -y python3-venv"; exit 1; }
+	@echo "Creating $(VENV) and installing pinned dependencies (first use only)..."
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q ".[dev]"
+	@touch $@
+
+venv: $(STAMP)
+
+check-icarus:
+	@command -v iverilog >/dev/null && command -v vvp >/dev/null || \
+	  { echo "error: Icarus Verilog not found; install it with: sudo apt-get install -y iverilog"; exit 1; }
+
+check-sim: $(STAMP)
+	@if [ "$(SIM)" = icarus ]; then $(MAKE) -s check-icarus; fi
+
+verilog: $(STAMP)
+	$(PY) -m hw.gen --config $(CONFIG) --out build/verilog
+	$(PY) -m hw.csr.docgen --config $(CONFIG) --out build/verilog
+
+sim: $(STAMP) check-sim
+	$(PY) -m sim.demo --config $(CONFIG) --sim $(SIM) $(if $(filter 1,$(WAVES)),--waves) $(if $(SEED),--seed $(SEED))
+
+# Icarus is the second simulator; without it the Icarus half of the suite is skipped
+# with a message rather than failing obscurely.
+test: $(STAMP)
+	@command -v iverilog >/dev/null || \
+	  echo "warning: Icarus Verilog not found (sudo apt-get install -y iverilog); its tests will be skipped"
+	$(if $(TEST_SIM),SIM=$(TEST_SIM)) $(PY) -m pytest -n auto
+
+lint: $(STAMP)
+	$(PY) -m sim.lint $(LINT_CONFIGS)
+	$(VENV)/bin/ruff check hw sim tb tests
+
+bench: $(STAMP) check-sim
+	$(PY) -m sim.bench --config $(CONFIG)
+
+clean:
+	rm -rf build

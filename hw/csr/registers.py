@@ -1,0 +1,566 @@
+"""The register description: one table that generates the bank, the docs, JSON and C.
+
+Every CSR of the device is a :class:`Register` in the table built by
+:func:`register_map`. :class:`~hw.csr.bank.CsrBank` builds its ports and decoder from
+it, :mod:`hw.csr.docgen` writes ``docs/registers.md``, ``registers.json`` and
+``tcxl_regs.h`` from it, and test benches find offsets, fields and reset values in it,
+so no offset is typed twice.
+
+Register kinds (:class:`Kind`) and the bank ports each one creates (port names are the
+lower-case register name plus a suffix; ``In`` = driven by the device into the bank):
+
+=========== =============================================== =============================
+kind        software view                                   ports
+=========== =============================================== =============================
+CONST       read-only constant from the config              none
+RW          read/write; bits outside ``writable_mask`` read  ``<name>``: ``Out(width)``
+            their reset value and ignore writes
+RO          read-only live value                            ``<name>``: ``In(width)``
+W1C         read; write 1 clears a bit                      ``<name>_set``: ``In(width)``
+                                                            (one-cycle set pulse),
+                                                            ``<name>``: ``Out(width)``
+CAPTURE     read-only; loads ``_value`` when ``_capture``   ``<name>_value``: ``In(width)``
+            is high (and, with ``armed_by``, only while      ``<name>_capture``: ``In(1)``
+            that W1C register is all-zero)
+PULSE       write-only strobe; reads return 0               ``<name>``: ``Out(width)``,
+                                                            the written value for one cycle
+COUNTER64   64-bit event counter at ``<NAME>_LO`` /         ``<name>_inc``: ``In(1)``
+            ``<NAME>_HI``; reading ``_LO`` snapshots the
+            upper half for the next ``_HI`` read; cleared
+            by bit 0 of the PULSE register ``clear_by``
+=========== =============================================== =============================
+
+Bits at or above a register's ``width`` are reserved: they read 0 and ignore writes.
+
+Address regions (:data:`REGIONS`): 0x000–0x0FF identification and capabilities,
+0x100–0x1FF memory endpoint, 0x200–0x2FF errors, 0x300–0x3FF performance, 0x400 and up
+reserved for the engine, checkpoint and recovery blocks.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..config import HDM_GRANULE, HOST_ADDR_BITS, DeviceConfig
+
+__all__ = [
+    "Kind", "Field", "Register", "Port", "Word", "Region", "REGIONS", "RegisterMap",
+    "register_map", "DATA_WIDTH", "ID_VALUE", "VERSION_MAJOR", "VERSION_MINOR",
+    "WIDE_PARAMS", "CAP_BASE",
+]
+
+#: Width of a CSR word (the AXI4-Lite data width).
+DATA_WIDTH = 32
+_WORD_BYTES = DATA_WIDTH // 8
+
+#: ``ID`` register value: "TCXL" in ASCII, most significant byte first.
+ID_VALUE = 0x5443584C
+VERSION_MAJOR = 1
+VERSION_MINOR = 0
+
+#: First capability register; one register per ``DeviceConfig.params()`` entry follows.
+CAP_BASE = 0x040
+#: Parameters whose valid values can exceed 32 bits: they get ``_LO`` and ``_HI`` words.
+WIDE_PARAMS = frozenset({"pmem_size", "hdm_base", "hdm_size"})
+
+_NAME_RE = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
+class Kind(enum.Enum):
+    """How software and hardware see a register (see the module docstring)."""
+    CONST = "CONST"
+    RW = "RW"
+    RO = "RO"
+    W1C = "W1C"
+    CAPTURE = "CAPTURE"
+    PULSE = "PULSE"
+    COUNTER64 = "COUNTER64"
+
+
+@dataclass(frozen=True)
+class Field:
+    """A named bit range of a register, for documentation and software headers.
+
+    Parameters
+    ----------
+    name:
+        Upper-case identifier (a lower-case name is upper-cased).
+    lsb, width:
+        Position and width in bits.
+    doc:
+        One-line description.
+    """
+
+    name: str
+    lsb: int
+    width: int
+    doc: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "name", str(self.name).upper())
+
+    @property
+    def msb(self) -> int:
+        return self.lsb + self.width - 1
+
+    @property
+    def mask(self) -> int:
+        """Mask of the field in register position."""
+        return ((1 << self.width) - 1) << self.lsb
+
+    @property
+    def bits(self) -> str:
+        """``"[msb:lsb]"``, or ``"[n]"`` for a single bit."""
+        return f"[{self.lsb}]" if self.width == 1 else f"[{self.msb}:{self.lsb}]"
+
+
+@dataclass(frozen=True)
+class Port:
+    """A hardware port of the bank that a register creates.
+
+    ``direction`` is seen from the bank: ``"in"`` is driven by the device into the bank.
+    """
+
+    name: str
+    direction: str
+    width: int
+
+
+@dataclass(frozen=True)
+class Word:
+    """One 32-bit address slot of the map. A COUNTER64 register has two words."""
+
+    name: str
+    offset: int
+    register: Register
+    #: 0 for the (low) word of a register, 1 for the ``_HI`` word of a COUNTER64.
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Register:
+    """One register of the description.
+
+    Parameters
+    ----------
+    name:
+        Upper-case identifier; the bank's ports are named after its lower-case form.
+    offset:
+        Byte offset in the CSR space (a multiple of 4).
+    kind:
+        A :class:`Kind`.
+    width:
+        Implemented bits (1 to 32); default 32, and 64 (the only value allowed) for
+        ``COUNTER64``. Bits at or above ``width`` read 0 and ignore writes.
+    reset:
+        Reset value; for ``CONST`` the constant itself. ``COUNTER64`` resets to 0.
+    fields:
+        :class:`Field` s (within ``width``, not overlapping).
+    doc:
+        Description (one paragraph; the docs table shows it as one line).
+    writable_mask:
+        ``RW`` only: bits software can write (default: all ``width`` bits).
+    clear_by:
+        ``COUNTER64`` only (required): name of the ``PULSE`` register whose bit 0,
+        written 1, clears the counter.
+    armed_by:
+        ``CAPTURE`` only (optional): name of a ``W1C`` register; the capture happens only
+        while that register is all-zero (after this cycle's software clear, before this
+        cycle's sets), so the capture holds the first event since software last cleared
+        it.
+
+    Raises
+    ------
+    ValueError
+        Naming the register, for any inconsistent attribute.
+    """
+
+    name: str
+    offset: int
+    kind: Kind
+    width: int | None = None
+    reset: int = 0
+    fields: Sequence[Field] = ()
+    doc: str = ""
+    writable_mask: int | None = None
+    clear_by: str | None = None
+    armed_by: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "fields", tuple(self.fields))
+        name = self.name
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+            raise ValueError(f"register name must match [A-Z][A-Z0-9_]*, not {name!r}")
+        if not isinstance(self.kind, Kind):
+            raise ValueError(f"register {name}: kind must be a Kind, not {self.kind!r}")
+        if not isinstance(self.offset, int) or self.offset < 0:
+            raise ValueError(f"register {name}: offset must be a non-negative integer, "
+                             f"not {self.offset!r}")
+        if self.kind is Kind.COUNTER64:
+            if self.width not in (None, 64):
+                raise ValueError(f"register {name}: a COUNTER64 is 64 bits wide, not {self.width}")
+            object.__setattr__(self, "width", 64)
+            if self.reset != 0:
+                raise ValueError(f"register {name}: a COUNTER64 resets to 0, not {self.reset:#x}")
+            if self.clear_by is None:
+                raise ValueError(f"register {name}: a COUNTER64 needs clear_by (a PULSE register)")
+        else:
+            if self.width is None:
+                object.__setattr__(self, "width", DATA_WIDTH)
+            if not isinstance(self.width, int) or not 1 <= self.width <= DATA_WIDTH:
+                raise ValueError(f"register {name}: width must be between 1 and {DATA_WIDTH}, "
+                                 f"not {self.width!r}")
+            if self.clear_by is not None:
+                raise ValueError(f"register {name}: clear_by applies to COUNTER64 registers only")
+        if not isinstance(self.reset, int) or not 0 <= self.reset < (1 << self.width):
+            raise ValueError(f"register {name}: reset {self.reset!r} does not fit in "
+                             f"{self.width} bits")
+        if self.writable_mask is not None:
+            if self.kind is not Kind.RW:
+                raise ValueError(f"register {name}: writable_mask applies to RW registers only")
+            if not 0 <= self.writable_mask < (1 << self.width):
+                raise ValueError(f"register {name}: writable_mask {self.writable_mask:#x} does "
+                                 f"not fit in {self.width} bits")
+        if self.armed_by is not None and self.kind is not Kind.CAPTURE:
+            raise ValueError(f"register {name}: armed_by applies to CAPTURE registers only")
+        used = 0
+        seen = set()
+        for f in self.fields:
+            if not _NAME_RE.fullmatch(f.name):
+                raise ValueError(f"register {name}: field name must match [A-Z][A-Z0-9_]*, "
+                                 f"not {f.name!r}")
+            if f.name in seen:
+                raise ValueError(f"register {name}: field {f.name} is defined twice")
+            seen.add(f.name)
+            if f.width < 1 or f.lsb < 0 or f.msb >= self.width:
+                raise ValueError(f"register {name}: field {f.name} {f.bits} does not fit in "
+                                 f"{self.width} bits")
+            if used & f.mask:
+                raise ValueError(f"register {name}: field {f.name} {f.bits} overlaps another field")
+            used |= f.mask
+
+    # --- derived views ---------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Bytes of address space the register occupies."""
+        return 8 if self.kind is Kind.COUNTER64 else _WORD_BYTES
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
+
+    @property
+    def port_name(self) -> str:
+        return self.name.lower()
+
+    @property
+    def write_mask(self) -> int:
+        """Bits a software write affects (RW: writable bits; W1C/PULSE: all bits)."""
+        if self.kind is Kind.RW:
+            full = (1 << self.width) - 1
+            return full if self.writable_mask is None else self.writable_mask
+        if self.kind in (Kind.W1C, Kind.PULSE):
+            return (1 << self.width) - 1
+        return 0
+
+    @property
+    def words(self) -> tuple[Word, ...]:
+        if self.kind is Kind.COUNTER64:
+            return (Word(f"{self.name}_LO", self.offset, self, 0),
+                    Word(f"{self.name}_HI", self.offset + _WORD_BYTES, self, 1))
+        return (Word(self.name, self.offset, self, 0),)
+
+    @property
+    def ports(self) -> tuple[Port, ...]:
+        p, w = self.port_name, self.width
+        return {
+            Kind.CONST: (),
+            Kind.RW: (Port(p, "out", w),),
+            Kind.RO: (Port(p, "in", w),),
+            Kind.W1C: (Port(f"{p}_set", "in", w), Port(p, "out", w)),
+            Kind.CAPTURE: (Port(f"{p}_value", "in", w), Port(f"{p}_capture", "in", 1)),
+            Kind.PULSE: (Port(p, "out", w),),
+            Kind.COUNTER64: (Port(f"{p}_inc", "in", 1),),
+        }[self.kind]
+
+    def field(self, name: str) -> Field:
+        """The field called ``name`` (case-insensitive)."""
+        for f in self.fields:
+            if f.name == name.upper():
+                return f
+        raise KeyError(f"register {self.name} has no field {name!r}")
+
+
+@dataclass(frozen=True)
+class Region:
+    """A block of the CSR space set aside for one part of the device."""
+
+    name: str
+    start: int
+    #: One past the last byte, or ``None`` for "to the end of the CSR space".
+    end: int | None
+    doc: str = ""
+
+    def contains(self, offset: int) -> bool:
+        return offset >= self.start and (self.end is None or offset < self.end)
+
+
+REGIONS: tuple[Region, ...] = (
+    Region("Identification and capabilities", 0x000, 0x100,
+           "What the device is and every generator parameter it was built with."),
+    Region("Memory endpoint", 0x100, 0x200,
+           "HDM decoder programming and live status of the CXL.mem endpoint."),
+    Region("Errors", 0x200, 0x300,
+           "Sticky error flags (write 1 to clear) and the first error's address and kind."),
+    Region("Performance", 0x300, 0x400,
+           "64-bit event counters, cleared together through PERF_CTRL."),
+    Region("Reserved", 0x400, None,
+           "Reserved for the embedding engine, checkpoint logger and recovery blocks; "
+           "reads return SLVERR until they are defined."),
+)
+
+
+@dataclass(frozen=True)
+class RegisterMap:
+    """An ordered, validated set of registers in a CSR space of ``2**addr_width`` bytes.
+
+    Registers are kept sorted by offset.
+
+    Raises
+    ------
+    ValueError
+        Naming the offending register: misaligned offset, overlapping registers, a
+        register beyond ``2**addr_width``, duplicate register or port names, or a
+        ``clear_by`` / ``armed_by`` that names no register of the right kind.
+    """
+
+    registers: Sequence[Register]
+    addr_width: int
+    #: Configuration tag (used in generated file headers and titles).
+    name: str = "custom"
+    regions: Sequence[Region] = field(default=REGIONS)
+
+    def __post_init__(self):
+        regs = tuple(sorted(self.registers, key=lambda r: r.offset))
+        object.__setattr__(self, "registers", regs)
+        object.__setattr__(self, "regions", tuple(self.regions))
+        if not isinstance(self.addr_width, int) or not 3 <= self.addr_width <= 32:
+            raise ValueError(f"addr_width must be between 3 and 32, not {self.addr_width!r}")
+        space = 1 << self.addr_width
+        names: dict[str, str] = {}
+        ports: dict[str, str] = {}
+        prev = None
+        for reg in regs:
+            if reg.offset % _WORD_BYTES:
+                raise ValueError(f"register {reg.name}: offset {reg.offset:#x} is not a "
+                                 f"multiple of {_WORD_BYTES}")
+            if reg.end > space:
+                raise ValueError(f"register {reg.name}: offset {reg.offset:#x} does not fit in "
+                                 f"the {self.addr_width}-bit CSR space (ends at {space:#x})")
+            if prev is not None and reg.offset < prev.end:
+                raise ValueError(f"register {reg.name} at {reg.offset:#x} overlaps register "
+                                 f"{prev.name} at {prev.offset:#x}")
+            prev = reg
+            for word in reg.words:
+                if word.name in names:
+                    raise ValueError(f"register {reg.name}: name {word.name} is already used by "
+                                     f"register {names[word.name]}")
+                names[word.name] = reg.name
+            for port in reg.ports:
+                if port.name in ports or port.name == "csr":
+                    other = ports.get(port.name, "the AXI4-Lite port")
+                    raise ValueError(f"register {reg.name}: port name {port.name} is already "
+                                     f"used by {other}")
+                ports[port.name] = f"register {reg.name}"
+        by_name = {r.name: r for r in regs}
+        for reg in regs:
+            for attr, kind in (("clear_by", Kind.PULSE), ("armed_by", Kind.W1C)):
+                target = getattr(reg, attr)
+                if target is not None and (target not in by_name or by_name[target].kind is not kind):
+                    raise ValueError(f"register {reg.name}: {attr} must name a {kind.value} "
+                                     f"register, not {target!r}")
+
+    def __iter__(self) -> Iterator[Register]:
+        return iter(self.registers)
+
+    def __len__(self) -> int:
+        return len(self.registers)
+
+    def __contains__(self, name: str) -> bool:
+        return any(r.name == name for r in self.registers)
+
+    def __getitem__(self, name: str) -> Register:
+        for reg in self.registers:
+            if reg.name == name:
+                return reg
+        raise KeyError(f"no register named {name!r}")
+
+    @property
+    def words(self) -> tuple[Word, ...]:
+        """Every 32-bit address slot, by offset."""
+        return tuple(w for r in self.registers for w in r.words)
+
+    def word(self, name: str) -> Word:
+        """The address slot called ``name`` (``"ID"``, ``"PERF_CYCLES_LO"``, ...)."""
+        for w in self.words:
+            if w.name == name:
+                return w
+        raise KeyError(f"no register word named {name!r}")
+
+    def offset(self, name: str) -> int:
+        """Byte offset of the word called ``name``."""
+        return self.word(name).offset
+
+    @property
+    def ports(self) -> tuple[Port, ...]:
+        return tuple(p for r in self.registers for p in r.ports)
+
+    def region_of(self, reg: Register | Word) -> Region | None:
+        for region in self.regions:
+            if region.contains(reg.offset):
+                return region
+        return None
+
+
+# --- the device's registers ---------------------------------------------------------------
+
+#: One-line descriptions of the generator parameters for the capability registers.
+_PARAM_DOCS: Mapping[str, str] = {
+    "line_bits": "Data width of every channel and of the PMEM port, in bits.",
+    "pmem_size": "Bytes of device memory behind the PMEM port.",
+    "hdm_base": "Reset value of the HDM decoder base (host physical address).",
+    "hdm_size": "Reset value of the HDM decoder size in bytes.",
+    "max_tags": "CXL.mem requests the endpoint keeps in flight towards PMEM.",
+    "axi_id_width": "PMEM AXI ID width.",
+    "hazard_buckets": "Entries of the endpoint's same-line ordering table.",
+    "csr_addr_width": "Byte-address width of the CSR port.",
+}
+
+_HDM_NOTE = ("The decoder uses the new value from the cycle after the write; software "
+             "should quiesce CXL.mem traffic before reprogramming it.")
+
+_HDM_LO_MASK = ((1 << DATA_WIDTH) - 1) & ~(HDM_GRANULE - 1)
+_HDM_HI_WIDTH = HOST_ADDR_BITS - DATA_WIDTH
+
+
+def _lo(value: int) -> int:
+    return value & ((1 << DATA_WIDTH) - 1)
+
+
+def _hi(value: int) -> int:
+    return value >> DATA_WIDTH
+
+
+def _capability_registers(config: DeviceConfig) -> Iterable[Register]:
+    offset = CAP_BASE
+    for param, value in config.params().items():
+        doc = _PARAM_DOCS.get(param, f"Generator parameter {param}.")
+        name = f"CAP_{param.upper()}"
+        if param in WIDE_PARAMS:
+            yield Register(f"{name}_LO", offset, Kind.CONST, reset=_lo(value),
+                           doc=f"{doc} Bits [31:0] of {param}.")
+            yield Register(f"{name}_HI", offset + 4, Kind.CONST, reset=_hi(value),
+                           doc=f"{doc} Bits [63:32] of {param}.")
+            offset += 8
+        else:
+            if value >> DATA_WIDTH:
+                raise ValueError(f"parameter {param} = {value:#x} does not fit in a 32-bit "
+                                 f"capability register; add it to WIDE_PARAMS")
+            yield Register(name, offset, Kind.CONST, reset=value, doc=doc)
+            offset += 4
+
+
+def _hdm_registers(config: DeviceConfig) -> Iterable[Register]:
+    for offset, what, value in ((0x100, "base", config.hdm_base),
+                                (0x108, "size", config.hdm_size)):
+        name = f"HDM_{what.upper()}"
+        yield Register(
+            f"{name}_LO", offset, Kind.RW, reset=_lo(value), writable_mask=_HDM_LO_MASK,
+            fields=[Field("ADDR", 12, DATA_WIDTH - 12, f"HDM {what} bits [31:12]")],
+            doc=f"HDM decoder {what}, bits [31:12] (4 KiB granules; bits [11:0] read 0). "
+                f"{_HDM_NOTE}")
+        yield Register(
+            f"{name}_HI", offset + 4, Kind.RW, width=_HDM_HI_WIDTH, reset=_hi(value),
+            fields=[Field("ADDR", 0, _HDM_HI_WIDTH, f"HDM {what} bits [51:32]")],
+            doc=f"HDM decoder {what}, bits [51:32]. {_HDM_NOTE}")
+
+
+def _error_registers() -> Iterable[Register]:
+    yield Register(
+        "ERR_STATUS", 0x200, Kind.W1C, width=6,
+        doc="Sticky error flags: the device sets them, software writes 1 to clear. A set "
+            "and a clear of the same bit in one cycle leave it set.",
+        fields=[
+            Field("HDM_RANGE", 0, 1, "Request address outside the HDM range."),
+            Field("RSVD_OPCODE", 1, 1, "Request with a reserved opcode."),
+            Field("POISON", 2, 1, "Poisoned write data dropped."),
+            Field("EMPTY_PTL", 3, 1, "MemWrPtl with no byte enabled."),
+            Field("UNEXPECTED_FWD", 4, 1, "MemRdFwd/MemWrFwd with nothing outstanding."),
+            Field("PMEM_RESP", 5, 1, "PMEM answered SLVERR or DECERR."),
+        ])
+    first = ("of the first error since ERR_STATUS was last all-zero (captured only while "
+             "ERR_STATUS reads 0).")
+    yield Register(
+        "ERR_ADDR_LO", 0x204, Kind.CAPTURE, armed_by="ERR_STATUS",
+        fields=[Field("LINE_ADDR", 0, 32, "Line address bits [31:0] (byte address bits [37:6]).")],
+        doc=f"Line address bits [31:0] {first}")
+    yield Register(
+        "ERR_ADDR_HI", 0x208, Kind.CAPTURE, width=14, armed_by="ERR_STATUS",
+        fields=[Field("LINE_ADDR", 0, 14, "Line address bits [45:32] (byte address bits [51:38]).")],
+        doc=f"Line address bits [45:32] {first}")
+    yield Register(
+        "ERR_INFO", 0x20C, Kind.CAPTURE, width=8, armed_by="ERR_STATUS",
+        fields=[
+            Field("CHANNEL", 0, 2, "0 M2S Req, 1 M2S RwD, 2 PMEM read, 3 PMEM write."),
+            Field("OPCODE", 4, 4, "Opcode of the offending CXL request."),
+        ],
+        doc=f"Channel and opcode {first}")
+
+
+def _perf_registers() -> Iterable[Register]:
+    yield Register(
+        "PERF_CTRL", 0x300, Kind.PULSE, width=1,
+        fields=[Field("CLEAR", 0, 1, "Write 1 to clear every performance counter.")],
+        doc="Performance counter control (write-only strobe; reads return 0).")
+    counters = (
+        ("PERF_CYCLES", 0x310, "Clock cycles since reset or the last clear."),
+        ("PERF_READS", 0x318, "CXL.mem read requests accepted."),
+        ("PERF_WRITES", 0x320, "CXL.mem write requests accepted."),
+        ("PERF_BUSY", 0x328, "Cycles with at least one request in flight."),
+    )
+    for name, offset, doc in counters:
+        yield Register(name, offset, Kind.COUNTER64, clear_by="PERF_CTRL",
+                       doc=f"{doc} Read _LO first: it snapshots _HI.")
+
+
+def register_map(config: DeviceConfig) -> RegisterMap:
+    """The device's registers for ``config``.
+
+    Offsets and kinds are the same for every configuration; only the reset values (the
+    capability constants and the HDM decoder's reset window) depend on it.
+    """
+    if not isinstance(config, DeviceConfig):
+        raise TypeError(f"config must be a DeviceConfig, not {config!r}")
+    regs = [
+        Register("ID", 0x000, Kind.CONST, reset=ID_VALUE,
+                 doc='Device identification: "TCXL" in ASCII.'),
+        Register("VERSION", 0x004, Kind.CONST,
+                 reset=(VERSION_MAJOR << 16) | VERSION_MINOR,
+                 fields=[Field("MINOR", 0, 16, "Minor version: compatible additions."),
+                         Field("MAJOR", 16, 16, "Major version: incompatible changes.")],
+                 doc="Register map version."),
+        *_capability_registers(config),
+        *_hdm_registers(config),
+        Register("STATUS", 0x180, Kind.RO, width=18,
+                 fields=[Field("OCCUPANCY", 0, 16, "CXL.mem requests in flight."),
+                         Field("DEV_LOAD", 16, 2, "DevLoad reported in S2M messages "
+                               "(0 light, 1 optimal, 2 moderate, 3 severe overload).")],
+                 doc="Live status of the memory endpoint."),
+        *_error_registers(),
+        *_perf_registers(),
+    ]
+    return RegisterMap(regs, addr_width=config.csr_addr_width, name=config.tag)

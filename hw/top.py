@@ -1,0 +1,115 @@
+"""The TrainingCXL device top: CXL.mem endpoint, CSR block and the PMEM port.
+
+Today the device is the foundation slice: host CXL.mem traffic reaches PMEM through
+:class:`~hw.cxl.mem_endpoint.MemEndpoint`, configured and observed through
+:class:`~hw.csr.bank.CsrBank`. Later issues add the DCOH / CXL.cache agent, the
+embedding engine, the checkpoint logger and a PMEM arbiter behind the same ports.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .bus.axi import AXI4LiteSignature, AXI4Signature
+from .config import DeviceConfig
+from .csr.bank import CsrBank
+from .cxl.mem_endpoint import MemEndpoint
+from .cxl.messages import M2SReq, M2SRwD, S2MDRS, S2MNDR
+
+__all__ = ["Device"]
+
+
+class Device(wiring.Component):
+    """TrainingCXL device top level.
+
+    Latency, throughput and ordering are those of :class:`MemEndpoint` (see
+    ``docs/mem-endpoint.md``); the CSR block adds no latency to the data path. The
+    HDM decoder takes the CSR values from the cycle after a CSR write. Synchronous
+    active-high reset returns every register to the value the config gives it.
+
+    Parameters
+    ----------
+    config:
+        The :class:`DeviceConfig` every block is generated from.
+
+    Members
+    -------
+    i_m2s_req, i_m2s_rwd:
+        CXL.mem requests from the host (``M2SReq`` / ``M2SRwD`` streams).
+    o_s2m_ndr, o_s2m_drs:
+        CXL.mem responses to the host.
+    pmem:
+        AXI4 manager to persistent memory (512-bit data, ``config.axi_id_width`` IDs).
+    csr:
+        AXI4-Lite subordinate for the register map of ``docs/registers.md``.
+    """
+
+    def __init__(self, *, config: DeviceConfig):
+        if not isinstance(config, DeviceConfig):
+            raise TypeError(f"config must be a DeviceConfig, not {config!r}")
+        self._config = config
+        super().__init__({
+            "i_m2s_req": In(stream.Signature(M2SReq)),
+            "i_m2s_rwd": In(stream.Signature(M2SRwD)),
+            "o_s2m_ndr": Out(stream.Signature(S2MNDR)),
+            "o_s2m_drs": Out(stream.Signature(S2MDRS)),
+            "pmem": Out(AXI4Signature(addr_width=config.pmem_addr_width,
+                                      data_width=config.line_bits,
+                                      id_width=config.axi_id_width)),
+            "csr": In(AXI4LiteSignature(addr_width=config.csr_addr_width)),
+        })
+
+    @property
+    def config(self) -> DeviceConfig:
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.endpoint = endpoint = MemEndpoint(config=self._config)
+        m.submodules.csr_bank = regs = CsrBank(config=self._config)
+
+        wiring.connect(m, wiring.flipped(self.i_m2s_req), endpoint.i_m2s_req)
+        wiring.connect(m, wiring.flipped(self.i_m2s_rwd), endpoint.i_m2s_rwd)
+        wiring.connect(m, endpoint.o_s2m_ndr, wiring.flipped(self.o_s2m_ndr))
+        wiring.connect(m, endpoint.o_s2m_drs, wiring.flipped(self.o_s2m_drs))
+        wiring.connect(m, endpoint.pmem, wiring.flipped(self.pmem))
+        wiring.connect(m, wiring.flipped(self.csr), regs.csr)
+
+        # HDM decoder: byte registers -> line address / line count (Addr[51:6]).
+        m.d.comb += [
+            endpoint.hdm_base.eq(Cat(regs.hdm_base_lo[6:32], regs.hdm_base_hi[0:20])),
+            endpoint.hdm_size.eq(Cat(regs.hdm_size_lo[6:32], regs.hdm_size_hi[0:20])),
+        ]
+
+        # Errors: status bits set by the endpoint; address and opcode of the first error
+        # since software last cleared ERR_STATUS are captured.
+        first_error = (endpoint.o_err_set != 0) & (regs.err_status == 0)
+        info = endpoint.o_err_info
+        m.d.comb += [
+            regs.err_status_set.eq(endpoint.o_err_set),
+            regs.err_addr_lo_capture.eq(first_error),
+            regs.err_addr_lo_value.eq(info.address[0:32]),
+            regs.err_addr_hi_capture.eq(first_error),
+            regs.err_addr_hi_value.eq(info.address[32:46]),
+            regs.err_info_capture.eq(first_error),
+            regs.err_info_value.eq(Cat(info.channel, Const(0, 2), info.opcode)),
+        ]
+
+        m.d.comb += [
+            regs.status.eq(Cat(_zext(endpoint.o_occupancy, 16), endpoint.o_dev_load)),
+            regs.perf_cycles_inc.eq(1),
+            regs.perf_reads_inc.eq(endpoint.o_perf.read),
+            regs.perf_writes_inc.eq(endpoint.o_perf.write),
+            regs.perf_busy_inc.eq(endpoint.o_perf.busy),
+        ]
+        return m
+
+
+def _zext(value, width: int):
+    """``value`` zero-extended (or truncated) to ``width`` bits without a width warning."""
+    value = value.as_value() if hasattr(value, "as_value") else value
+    if len(value) >= width:
+        return value[:width]
+    return Cat(value, Const(0, width - len(value)))

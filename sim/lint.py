@@ -1,0 +1,56 @@
+"""Verilator ``-Wall`` lint of every generated module.
+
+Usage: ``python -m sim.lint [--config NAME ...]`` (default: every preset). The only
+waivers are those TOOLCHAIN.md lists for Amaranth's output; any other warning fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from hw.config import load_config, preset_names
+from hw.gen import DESIGNS, emit
+
+from . import toolenv
+from .runner import BUILD
+
+__all__ = ["WAIVERS", "lint", "main"]
+
+#: Warnings Amaranth's Verilog produces by construction (TOOLCHAIN.md).
+WAIVERS = ["-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME", "-Wno-CASEINCOMPLETE"]
+
+
+def lint(design: str, config_name: str) -> tuple[bool, str]:
+    """Lint one design for one config; returns (clean, verilator output)."""
+    toolenv.setup()
+    config = load_config(config_name)
+    path, top = emit(design, config, BUILD / "lint" / config.tag)
+    verilator = toolenv.verilator_root() / "bin" / "verilator"
+    proc = subprocess.run(
+        [str(verilator), "--lint-only", "-Wall", *WAIVERS, "--top-module", top, str(path)],
+        capture_output=True, text=True)
+    output = (proc.stdout + proc.stderr).strip()
+    return proc.returncode == 0 and "%Warning" not in output, output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.lint", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", action="append", help="preset or TOML path (repeatable)")
+    args = parser.parse_args(argv)
+    configs = args.config or preset_names()
+    failures = 0
+    for config in configs:
+        for design in DESIGNS:
+            clean, output = lint(design, config)
+            print(f"{'ok  ' if clean else 'FAIL'} {design} ({Path(str(config)).stem})")
+            if not clean:
+                failures += 1
+                print(output)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

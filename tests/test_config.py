@@ -1,0 +1,78 @@
+"""DeviceConfig validation, presets and the generator CLI (fast tier)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw.config import DeviceConfig, load_config, preset_names
+from hw.gen import main as gen_main
+
+
+def test_presets_load():
+    names = preset_names()
+    assert {"default", "small", "odd"} <= set(names)
+    for name in names:
+        config = load_config(name)
+        assert config.name == name
+        assert config.line_bits == 512
+
+
+def test_default_config_reaches_pmem_peak():
+    # 120-cycle PMEM latency at one line per cycle needs > 120 requests in flight.
+    assert load_config("default").max_tags >= 128
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"name": "Bad-Name"}, "name must match [a-z][a-z0-9_]*, not 'Bad-Name'"),
+    ({"line_bits": 256}, "line_bits is fixed at 512, not 256"),
+    ({"pmem_size": 3 << 20}, "pmem_size must be a power of two between 64 KiB and 64 TiB, not 3145728"),
+    ({"pmem_size": 1 << 12, "hdm_size": 0}, "pmem_size must be a power of two between 64 KiB and 64 TiB, not 4096"),
+    ({"hdm_base": 0x1001}, "hdm_base must be a 4 KiB aligned 52-bit address, not 0x1001"),
+    ({"hdm_size": 1 << 31}, "hdm_size must be a 4 KiB multiple no larger than pmem_size (1073741824), not 2147483648"),
+    ({"hdm_size": 4097}, "hdm_size must be a 4 KiB multiple no larger than pmem_size (1073741824), not 4097"),
+    ({"hdm_base": (1 << 52) - 4096}, "hdm_base + hdm_size must stay below 2**52"),
+    ({"max_tags": 0}, "max_tags must be between 1 and 4096, not 0"),
+    ({"axi_id_width": 5}, "axi_id_width must be between 6 and 16, not 5"),
+    ({"max_tags": 300}, "axi_id_width 8 gives 256 IDs, fewer than max_tags 300"),
+    ({"hazard_buckets": 12}, "hazard_buckets must be a power of two between 2 and 4096, not 12"),
+    ({"csr_addr_width": 8}, "csr_addr_width must be between 12 and 24, not 8"),
+    ({"max_tags": "64"}, "max_tags must be an integer, not '64'"),
+    ({"max_tags": True}, "max_tags must be an integer, not True"),
+])
+def test_validation_names_the_bad_value(change, message):
+    with pytest.raises(ValueError) as info:
+        DeviceConfig(**change)
+    assert message in str(info.value)
+
+
+def test_unknown_toml_key_is_rejected(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("max_tagz = 4\n")
+    with pytest.raises(ValueError, match="unknown config key\\(s\\) max_tagz"):
+        load_config(path)
+
+
+def test_missing_preset_lists_presets():
+    with pytest.raises(ValueError, match="config 'nope' not found \\(presets: .*default"):
+        load_config("nope")
+
+
+def test_derived_values():
+    config = load_config("small")
+    assert config.pmem_addr_width == 16
+    assert config.pmem_lines == 1024
+    assert config.tag_index_width == 2
+    assert list(config.params()) == [
+        "line_bits", "pmem_size", "hdm_base", "hdm_size", "max_tags", "axi_id_width",
+        "hazard_buckets", "csr_addr_width"]
+
+
+def test_gen_cli_emits_named_modules(tmp_path):
+    assert gen_main(["--config", "small", "--design", "mem_endpoint", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "small" / "tcxl_mem_endpoint_small.v").read_text()
+    assert "module tcxl_mem_endpoint_small(" in text
+
+
+def test_gen_cli_reports_bad_config(tmp_path, capsys):
+    assert gen_main(["--config", "nope", "--out", str(tmp_path)]) == 2
+    assert "config 'nope' not found" in capsys.readouterr().err
