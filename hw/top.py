@@ -83,17 +83,18 @@ class Device(wiring.Component):
             endpoint.hdm_size.eq(Cat(regs.hdm_size_lo[6:32], regs.hdm_size_hi[0:20])),
         ]
 
-        # Errors: status bits set by the endpoint; address and opcode of the first error
-        # since software last cleared ERR_STATUS are captured.
-        first_error = (endpoint.o_err_set != 0) & (regs.err_status == 0)
+        # Errors: the endpoint pulses one status bit per error kind; the capture registers
+        # are armed by ERR_STATUS, so they keep the address and opcode of the first error
+        # since software last cleared it.
+        error = endpoint.o_err_set != 0
         info = endpoint.o_err_info
         m.d.comb += [
             regs.err_status_set.eq(endpoint.o_err_set),
-            regs.err_addr_lo_capture.eq(first_error),
+            regs.err_addr_lo_capture.eq(error),
             regs.err_addr_lo_value.eq(info.address[0:32]),
-            regs.err_addr_hi_capture.eq(first_error),
+            regs.err_addr_hi_capture.eq(error),
             regs.err_addr_hi_value.eq(info.address[32:46]),
-            regs.err_info_capture.eq(first_error),
+            regs.err_info_capture.eq(error),
             regs.err_info_value.eq(Cat(info.channel, Const(0, 2), info.opcode)),
         ]
 

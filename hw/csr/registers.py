@@ -6,34 +6,15 @@ it, :mod:`hw.csr.docgen` writes ``docs/registers.md``, ``registers.json`` and
 ``tcxl_regs.h`` from it, and test benches find offsets, fields and reset values in it,
 so no offset is typed twice.
 
-Register kinds (:class:`Kind`) and the bank ports each one creates (port names are the
-lower-case register name plus a suffix; ``In`` = driven by the device into the bank):
-
-=========== =============================================== =============================
-kind        software view                                   ports
-=========== =============================================== =============================
-CONST       read-only constant from the config              none
-RW          read/write; bits outside ``writable_mask`` read  ``<name>``: ``Out(width)``
-            their reset value and ignore writes
-RO          read-only live value                            ``<name>``: ``In(width)``
-W1C         read; write 1 clears a bit                      ``<name>_set``: ``In(width)``
-                                                            (one-cycle set pulse),
-                                                            ``<name>``: ``Out(width)``
-CAPTURE     read-only; loads ``_value`` when ``_capture``   ``<name>_value``: ``In(width)``
-            is high (and, with ``armed_by``, only while      ``<name>_capture``: ``In(1)``
-            that W1C register is all-zero)
-PULSE       write-only strobe; reads return 0               ``<name>``: ``Out(width)``,
-                                                            the written value for one cycle
-COUNTER64   64-bit event counter at ``<NAME>_LO`` /         ``<name>_inc``: ``In(1)``
-            ``<NAME>_HI``; reading ``_LO`` snapshots the
-            upper half for the next ``_HI`` read; cleared
-            by bit 0 of the PULSE register ``clear_by``
-=========== =============================================== =============================
+Register kinds (:class:`Kind`, described in :data:`KIND_DOCS`): CONST, RW, RO, W1C,
+CAPTURE, PULSE and COUNTER64. Each creates the bank ports listed by
+:attr:`Register.ports`, named after the lower-case register name (``hdm_base_lo``,
+``err_status_set``, ``perf_cycles_inc``, ...).
 
 Bits at or above a register's ``width`` are reserved: they read 0 and ignore writes.
 
-Address regions (:data:`REGIONS`): 0x000–0x0FF identification and capabilities,
-0x100–0x1FF memory endpoint, 0x200–0x2FF errors, 0x300–0x3FF performance, 0x400 and up
+Address regions (:data:`REGIONS`): 0x000-0x0FF identification and capabilities,
+0x100-0x1FF memory endpoint, 0x200-0x2FF errors, 0x300-0x3FF performance, 0x400 and up
 reserved for the engine, checkpoint and recovery blocks.
 """
 
@@ -42,14 +23,27 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..config import HDM_GRANULE, HOST_ADDR_BITS, DeviceConfig
 
 __all__ = [
-    "Kind", "Field", "Register", "Port", "Word", "Region", "REGIONS", "RegisterMap",
-    "register_map", "DATA_WIDTH", "ID_VALUE", "VERSION_MAJOR", "VERSION_MINOR",
-    "WIDE_PARAMS", "CAP_BASE",
+    "CAP_BASE",
+    "DATA_WIDTH",
+    "ID_VALUE",
+    "KIND_DOCS",
+    "REGIONS",
+    "VERSION_MAJOR",
+    "VERSION_MINOR",
+    "WIDE_PARAMS",
+    "Field",
+    "Kind",
+    "Port",
+    "Region",
+    "Register",
+    "RegisterMap",
+    "Word",
+    "register_map",
 ]
 
 #: Width of a CSR word (the AXI4-Lite data width).
@@ -70,7 +64,7 @@ _NAME_RE = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
 class Kind(enum.Enum):
-    """How software and hardware see a register (see the module docstring)."""
+    """How software and hardware see a register (:data:`KIND_DOCS`)."""
     CONST = "CONST"
     RW = "RW"
     RO = "RO"
@@ -78,6 +72,29 @@ class Kind(enum.Enum):
     CAPTURE = "CAPTURE"
     PULSE = "PULSE"
     COUNTER64 = "COUNTER64"
+
+
+#: kind -> (software view, hardware ports of the bank; ``In`` = driven into the bank).
+KIND_DOCS: Mapping[Kind, tuple[str, str]] = {
+    Kind.CONST: ("Read-only constant from the configuration.", "none"),
+    Kind.RW: ("Read/write. Bits outside the writable mask read their reset value and "
+              "ignore writes.",
+              "`<name>`: Out(width), the current value"),
+    Kind.RO: ("Read-only live value.", "`<name>`: In(width)"),
+    Kind.W1C: ("Read; writing 1 clears a bit. A set and a clear of the same bit in one "
+               "cycle leave it set.",
+               "`<name>_set`: In(width), one-cycle set pulses; `<name>`: Out(width)"),
+    Kind.CAPTURE: ("Read-only; loads `<name>_value` in a cycle where `<name>_capture` is "
+                   "high (with `armed_by`, only while that W1C register is all-zero).",
+                   "`<name>_value`: In(width); `<name>_capture`: In(1)"),
+    Kind.PULSE: ("Write-only strobe; reads return 0.",
+                 "`<name>`: Out(width), the written value for exactly one cycle, else 0"),
+    Kind.COUNTER64: ("64-bit event counter at `<NAME>_LO`/`<NAME>_HI`. Reading `_LO` "
+                     "snapshots the upper half for the next `_HI` read. Bit 0 of the "
+                     "PULSE register `clear_by` written 1 clears it (clear wins over an "
+                     "increment).",
+                     "`<name>_inc`: In(1), count one per cycle it is high"),
+}
 
 
 @dataclass(frozen=True)
@@ -127,6 +144,8 @@ class Port:
     name: str
     direction: str
     width: int
+    #: Reset value of an output port.
+    init: int = 0
 
 
 @dataclass(frozen=True)
@@ -279,9 +298,9 @@ class Register:
         p, w = self.port_name, self.width
         return {
             Kind.CONST: (),
-            Kind.RW: (Port(p, "out", w),),
+            Kind.RW: (Port(p, "out", w, self.reset),),
             Kind.RO: (Port(p, "in", w),),
-            Kind.W1C: (Port(f"{p}_set", "in", w), Port(p, "out", w)),
+            Kind.W1C: (Port(f"{p}_set", "in", w), Port(p, "out", w, self.reset)),
             Kind.CAPTURE: (Port(f"{p}_value", "in", w), Port(f"{p}_capture", "in", 1)),
             Kind.PULSE: (Port(p, "out", w),),
             Kind.COUNTER64: (Port(f"{p}_inc", "in", 1),),
@@ -320,7 +339,7 @@ REGIONS: tuple[Region, ...] = (
            "64-bit event counters, cleared together through PERF_CTRL."),
     Region("Reserved", 0x400, None,
            "Reserved for the embedding engine, checkpoint logger and recovery blocks; "
-           "reads return SLVERR until they are defined."),
+           "accesses answer SLVERR until registers are defined here."),
 )
 
 
@@ -342,7 +361,7 @@ class RegisterMap:
     addr_width: int
     #: Configuration tag (used in generated file headers and titles).
     name: str = "custom"
-    regions: Sequence[Region] = field(default=REGIONS)
+    regions: Sequence[Region] = REGIONS
 
     def __post_init__(self):
         regs = tuple(sorted(self.registers, key=lambda r: r.offset))
@@ -380,7 +399,7 @@ class RegisterMap:
         for reg in regs:
             for attr, kind in (("clear_by", Kind.PULSE), ("armed_by", Kind.W1C)):
                 target = getattr(reg, attr)
-                if target is not None and (target not in by_name or by_name[target].kind is not kind):
+                if target is not None and getattr(by_name.get(target), "kind", None) is not kind:
                     raise ValueError(f"register {reg.name}: {attr} must name a {kind.value} "
                                      f"register, not {target!r}")
 
@@ -506,11 +525,13 @@ def _error_registers() -> Iterable[Register]:
              "ERR_STATUS reads 0).")
     yield Register(
         "ERR_ADDR_LO", 0x204, Kind.CAPTURE, armed_by="ERR_STATUS",
-        fields=[Field("LINE_ADDR", 0, 32, "Line address bits [31:0] (byte address bits [37:6]).")],
+        fields=[Field("LINE_ADDR", 0, 32,
+                      "Line address bits [31:0] (byte address bits [37:6]).")],
         doc=f"Line address bits [31:0] {first}")
     yield Register(
         "ERR_ADDR_HI", 0x208, Kind.CAPTURE, width=14, armed_by="ERR_STATUS",
-        fields=[Field("LINE_ADDR", 0, 14, "Line address bits [45:32] (byte address bits [51:38]).")],
+        fields=[Field("LINE_ADDR", 0, 14,
+                      "Line address bits [45:32] (byte address bits [51:38]).")],
         doc=f"Line address bits [45:32] {first}")
     yield Register(
         "ERR_INFO", 0x20C, Kind.CAPTURE, width=8, armed_by="ERR_STATUS",
@@ -534,7 +555,7 @@ def _perf_registers() -> Iterable[Register]:
     )
     for name, offset, doc in counters:
         yield Register(name, offset, Kind.COUNTER64, clear_by="PERF_CTRL",
-                       doc=f"{doc} Read _LO first: it snapshots _HI.")
+                       doc=doc)
 
 
 def register_map(config: DeviceConfig) -> RegisterMap:
