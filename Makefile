@@ -4,6 +4,7 @@
 #   make verilog  elaborate every design for CONFIG into build/verilog/<config>/
 #   make lint     Verilator -Wall on every generated module, ruff on the Python
 #   make bench    benchmarks, JSON under build/bench/
+#   make synth    Yosys + nextpnr-ecp5 resource and Fmax estimate, JSON under build/synth/
 # Variables: SIM=verilator|icarus  CONFIG=<preset name or .toml path>  WAVES=1  SEED=<n>
 
 SIM    ?= verilator
@@ -20,7 +21,7 @@ TEST_SIM := $(if $(filter command line environment,$(origin SIM)),$(SIM))
 # make lint checks every preset unless CONFIG is given.
 LINT_CONFIGS := $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG))
 
-.PHONY: all venv verilog sim test lint bench clean check-icarus check-sim help
+.PHONY: all venv verilog sim test lint bench synth clean check-icarus check-sim help
 all: help
 
 help:
@@ -67,6 +68,15 @@ lint: $(STAMP)
 
 bench: $(STAMP) check-sim
 	$(PY) -m sim.bench --config $(CONFIG)
+
+# Resource / Fmax estimate on an ECP5-85F (out of context); installs the YoWASP tools on first use.
+SYNTH_STAMP := $(VENV)/.installed-synth
+$(SYNTH_STAMP): $(STAMP)
+	$(VENV)/bin/pip install -q ".[synth]"
+	@touch $@
+
+synth: $(SYNTH_STAMP)
+	$(PY) -m sim.synth --config $(CONFIG)
 
 clean:
 	rm -rf build

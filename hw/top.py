@@ -80,7 +80,8 @@ class Device(wiring.Component):
         # HDM decoder: byte registers -> line address / line count (Addr[51:6]).
         m.d.comb += [
             endpoint.hdm_base.eq(Cat(regs.hdm_base_lo[6:32], regs.hdm_base_hi[0:20])),
-            endpoint.hdm_size.eq(Cat(regs.hdm_size_lo[6:32], regs.hdm_size_hi[0:20])),
+            endpoint.hdm_size.eq(_zext(Cat(regs.hdm_size_lo[6:32], regs.hdm_size_hi[0:20]),
+                                         len(endpoint.hdm_size))),
         ]
 
         # Errors: the endpoint pulses one status bit per error kind; the capture registers
