@@ -15,17 +15,23 @@ import os
 import sys
 import uuid
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from amaranth.back import verilog
 from filelock import FileLock
 
 from hw.config import DeviceConfig
-from hw.gen import emit
+from hw.gen import emit, module_name
 
 from . import toolenv
 
-__all__ = ["ROOT", "BUILD", "SimResult", "build", "run"]
+__all__ = ["BUILD", "ROOT", "Factory", "SimResult", "build", "run"]
+
+#: Builds a test-only design from a config, for designs that are not in
+#: ``hw.gen.DESIGNS`` (``hw/`` never imports ``tests/``).
+Factory = Callable[[DeviceConfig], object]
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build"
@@ -49,8 +55,27 @@ def _build_dir(design: str, config: DeviceConfig, sim: str, waves: bool) -> Path
     return BUILD / "sim" / f"{design}-{config.tag}-{sim}{'-waves' if waves else ''}"
 
 
-def build(design: str, config: DeviceConfig, sim: str = "verilator", *, waves: bool = False):
-    """Elaborate ``design`` and build it for ``sim``; returns (runner, build_dir, top)."""
+def _emit(design: str, config: DeviceConfig, out_dir: Path,
+          factory: Factory | None) -> tuple[Path, str]:
+    if factory is None:
+        return emit(design, config, out_dir)
+    # Same naming and write-if-changed rule as hw.gen.emit, for a test-only design.
+    name = module_name(design, config)
+    text = verilog.convert(factory(config), name=name, emit_src=False)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.v"
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path, name
+
+
+def build(design: str, config: DeviceConfig, sim: str = "verilator", *, waves: bool = False,
+          factory: Factory | None = None):
+    """Elaborate ``design`` and build it for ``sim``; returns (runner, build_dir, top).
+
+    ``design`` names a ``hw.gen.DESIGNS`` entry, or, with ``factory``, a test-only
+    design that ``factory(config)`` elaborates (``design`` then only names the build).
+    """
     toolenv.setup()
     if not toolenv.have_simulator(sim):
         hint = ("sudo apt-get install -y iverilog" if sim == "icarus"
@@ -61,7 +86,7 @@ def build(design: str, config: DeviceConfig, sim: str = "verilator", *, waves: b
     build_dir = _build_dir(design, config, sim, waves)
     build_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(build_dir) + ".lock"):
-        source, top = emit(design, config, build_dir / "rtl")
+        source, top = _emit(design, config, build_dir / "rtl", factory)
         runner = get_runner(sim)
         build_args: list[str] = []
         if sim == "verilator":
@@ -80,9 +105,12 @@ def build(design: str, config: DeviceConfig, sim: str = "verilator", *, waves: b
 def run(test_module: str, design: str, config: DeviceConfig, sim: str = "verilator", *,
         testcase: str | list[str] | None = None, seed: int | None = None,
         params: dict | None = None, waves: bool = False, name: str | None = None,
-        quiet: bool = False) -> SimResult:
-    """Run the cocotb ``test_module`` against ``design`` built for ``config`` and ``sim``."""
-    runner, build_dir, top = build(design, config, sim, waves=waves)
+        quiet: bool = False, factory: Factory | None = None) -> SimResult:
+    """Run the cocotb ``test_module`` against ``design`` built for ``config`` and ``sim``.
+
+    ``factory``: see :func:`build`.
+    """
+    runner, build_dir, top = build(design, config, sim, waves=waves, factory=factory)
     test_dir = build_dir / "runs" / (name or uuid.uuid4().hex[:12])
     test_dir.mkdir(parents=True, exist_ok=True)
     results_xml = test_dir / "results.xml"

@@ -1,0 +1,1 @@
+"""Test-only Amaranth designs (never imported by ``hw/``)."""
