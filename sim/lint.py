@@ -17,7 +17,7 @@ from hw.gen import DESIGNS, emit
 from . import toolenv
 from .runner import BUILD
 
-__all__ = ["WAIVERS", "lint", "main"]
+__all__ = ["WAIVERS", "lint", "lint_arith", "lint_file", "main"]
 
 #: Warnings Amaranth's Verilog produces by construction (TOOLCHAIN.md).
 WAIVERS = ["-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME", "-Wno-CASEINCOMPLETE"]
@@ -25,9 +25,27 @@ WAIVERS = ["-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME", "-Wno-C
 
 def lint(design: str, config_name: str) -> tuple[bool, str]:
     """Lint one design for one config; returns (clean, verilator output)."""
-    toolenv.setup()
     config = load_config(config_name)
     path, top = emit(design, config, BUILD / "lint" / config.tag)
+    return lint_file(path, top)
+
+
+def lint_arith(unit: str) -> tuple[bool, str]:
+    """Lint one IEEE-754 unit in its default configuration."""
+    from amaranth.back import verilog
+
+    from hw.arith import UNITS
+
+    top = f"tcxl_{unit}"
+    out = BUILD / "lint" / "arith"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{top}.v"
+    path.write_text(verilog.convert(UNITS[unit](), name=top, emit_src=False))
+    return lint_file(path, top)
+
+
+def lint_file(path: Path, top: str) -> tuple[bool, str]:
+    toolenv.setup()
     verilator = toolenv.verilator_root() / "bin" / "verilator"
     proc = subprocess.run(
         [str(verilator), "--lint-only", "-Wall", *WAIVERS, "--top-module", top, str(path)],
@@ -41,14 +59,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", action="append", help="preset or TOML path (repeatable)")
     args = parser.parse_args(argv)
     configs = args.config or preset_names()
+    from hw.arith import UNITS
+
+    jobs = [(f"{design} ({Path(str(config)).stem})", lint, (design, config))
+            for config in configs for design in DESIGNS]
+    jobs += [(f"{unit} (arith default)", lint_arith, (unit,)) for unit in UNITS]
     failures = 0
-    for config in configs:
-        for design in DESIGNS:
-            clean, output = lint(design, config)
-            print(f"{'ok  ' if clean else 'FAIL'} {design} ({Path(str(config)).stem})")
-            if not clean:
-                failures += 1
-                print(output)
+    for label, fn, args_ in jobs:
+        clean, output = fn(*args_)
+        print(f"{'ok  ' if clean else 'FAIL'} {label}")
+        if not clean:
+            failures += 1
+            print(output)
     return 1 if failures else 0
 
 
