@@ -67,7 +67,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check hw sim tb tests
 
 bench: $(STAMP) check-sim
-	$(PY) -m sim.bench --config $(CONFIG)
+	$(PY) -m sim.bench --config $(CONFIG) --sim $(SIM) $(if $(SEED),--seed $(SEED))
 
 # Resource / Fmax estimate on an ECP5-85F (out of context); installs the YoWASP tools on first use.
 SYNTH_STAMP := $(VENV)/.installed-synth

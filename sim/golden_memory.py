@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-__all__ = ["GoldenMemory", "LINE_BYTES", "FULL_MASK", "merge_line", "mask_bytes"]
+__all__ = ["FULL_MASK", "LINE_BYTES", "GoldenMemory", "mask_bytes", "merge_line"]
 
 LINE_BYTES = 64
 #: Byte-enable mask with every one of the 64 bytes enabled.

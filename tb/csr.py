@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
@@ -26,20 +27,51 @@ class Csr:
         The config the Verilog was generated from (selects the register map).
     prefix:
         Port prefix of the AXI4-Lite subordinate.
+    loop, rng, idle, backpressure:
+        With a :class:`~tb.cycle.CycleLoop`, the CSR port gets random idle cycles on
+        AW/W/AR (probability ``idle``) and random ``ready``-low cycles on B/R
+        (``backpressure``) while an access is in progress.
 
     Members
     -------
+    map:
+        The :class:`~hw.csr.registers.RegisterMap` of ``config``.
     offsets:
-        Register name -> byte offset.
+        Word name (``"ID"``, ``"PERF_READS_LO"``, ...) -> byte offset.
     """
 
-    def __init__(self, dut, config: DeviceConfig, *, prefix: str = "csr"):
+    def __init__(self, dut, config: DeviceConfig, *, prefix: str = "csr", loop=None,
+                 rng: random.Random | None = None, idle: float = 0.0,
+                 backpressure: float = 0.0):
         self.config = config
-        self.offsets: dict[str, int] = {reg.name: reg.offset for reg in register_map(config)}
+        self.map = register_map(config)
+        self.offsets: dict[str, int] = {word.name: word.offset for word in self.map.words}
         # cocotbext-axi logs its banner and every transfer at INFO; keep test logs readable.
         logging.getLogger(f"cocotb.{dut._name}.{prefix}").setLevel(logging.WARNING)
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, prefix, bus_separator="__"),
                                   dut.clk, dut.rst)
+        w, r = self.axil.write_if, self.axil.read_if
+        self._sources = (w.aw_channel, w.w_channel, r.ar_channel)
+        self._sinks = (w.b_channel, r.r_channel)
+        self.rng = rng or random.Random(0)
+        self.idle = idle
+        self.backpressure = backpressure
+        self._paused = False
+        if loop is not None:
+            loop.add(self)
+
+    def drive(self) -> None:
+        """Loop agent: random idle cycles on AW/W/AR and ready-low cycles on B/R while
+        an access is in progress (the channels' ``pause``)."""
+        noisy = (self.idle or self.backpressure) and not self.axil.idle()
+        if not noisy and not self._paused:
+            return
+        rng = self.rng
+        for ch in self._sources:
+            ch.pause = bool(noisy and self.idle and rng.random() < self.idle)
+        for ch in self._sinks:
+            ch.pause = bool(noisy and self.backpressure and rng.random() < self.backpressure)
+        self._paused = bool(noisy)
 
     def offset(self, name: str) -> int:
         try:
@@ -48,14 +80,24 @@ class Csr:
             raise KeyError(f"no CSR named {name!r} in the register map of "
                            f"config {self.config.name!r}") from None
 
-    async def read_at(self, offset: int) -> int:
+    async def read_raw(self, offset: int) -> tuple[int, int]:
+        """One 32-bit read at ``offset``; returns (value, AXI response code)."""
         resp = await self.axil.read(offset, 4)
-        assert int(resp.resp) == 0, f"CSR read of {offset:#x} answered {resp.resp!r}"
-        return int.from_bytes(resp.data, "little")
+        return int.from_bytes(resp.data, "little"), int(resp.resp)
+
+    async def write_raw(self, offset: int, value: int) -> int:
+        """One 32-bit write at ``offset``; returns the AXI response code."""
+        resp = await self.axil.write(offset, (value & 0xFFFF_FFFF).to_bytes(4, "little"))
+        return int(resp.resp)
+
+    async def read_at(self, offset: int) -> int:
+        value, resp = await self.read_raw(offset)
+        assert resp == 0, f"CSR read of {offset:#x} answered {resp} instead of OKAY"
+        return value
 
     async def write_at(self, offset: int, value: int) -> None:
-        resp = await self.axil.write(offset, (value & 0xFFFF_FFFF).to_bytes(4, "little"))
-        assert int(resp.resp) == 0, f"CSR write of {offset:#x} answered {resp.resp!r}"
+        resp = await self.write_raw(offset, value)
+        assert resp == 0, f"CSR write of {offset:#x} answered {resp} instead of OKAY"
 
     async def read(self, name: str) -> int:
         return await self.read_at(self.offset(name))
@@ -64,18 +106,12 @@ class Csr:
         await self.write_at(self.offset(name), value)
 
     async def read64(self, name: str) -> int:
-        """Read a 64-bit pair ``<name>_LO`` / ``<name>_HI`` (or ``name`` at +0/+4).
+        """Read a 64-bit pair ``<name>_LO`` / ``<name>_HI``.
 
         LO is read first: the counters snapshot HI when LO is read.
         """
-        if f"{name}_LO" in self.offsets:
-            lo_off = self.offset(f"{name}_LO")
-            hi_off = self.offset(f"{name}_HI")
-        else:
-            lo_off = self.offset(name)
-            hi_off = lo_off + 4
-        lo = await self.read_at(lo_off)
-        hi = await self.read_at(hi_off)
+        lo = await self.read_at(self.offset(f"{name}_LO"))
+        hi = await self.read_at(self.offset(f"{name}_HI"))
         return hi << 32 | lo
 
     async def write64(self, name: str, value: int) -> None:

@@ -13,22 +13,31 @@ import random
 from collections.abc import Callable
 
 from hw.cxl.messages import (
+    S2MDRS,
+    S2MNDR,
+    Codec,
     M2SReq,
     M2SReqOpcode,
     M2SRwD,
     M2SRwDOpcode,
     MetaField,
     MetaValue,
-    S2MDRS,
-    S2MNDR,
-    Codec,
     SnpType,
 )
 from sim.golden_memory import FULL_MASK, LINE_BYTES
 from tb.stream import StreamChecker, StreamSink, StreamSource
 
-__all__ = ["CxlMemBfm", "req_fields", "rwd_fields", "REQ", "RWD", "NDR", "DRS",
-           "line_to_int", "int_to_line"]
+__all__ = [
+    "DRS",
+    "NDR",
+    "REQ",
+    "RWD",
+    "CxlMemBfm",
+    "int_to_line",
+    "line_to_int",
+    "req_fields",
+    "rwd_fields",
+]
 
 REQ = Codec(M2SReq)
 RWD = Codec(M2SRwD)

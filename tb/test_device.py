@@ -1,0 +1,729 @@
+"""cocotb tests of the whole device (``tcxl_device_<config>``) through CXL.mem and CSRs.
+
+Every response is checked by :class:`~tb.host_agent.HostAgent` against the golden
+memory and the contract of ``docs/mem-endpoint.md``; each test ends with
+:meth:`DeviceTB.finish` (everything completed, all checkers silent, PMEM image equal
+to the golden model). Test parameters (``tb.env.params()``): ``n_txn`` (random
+requests per random-traffic test, default 2000) and the ``pmem_*`` timing knobs of
+:meth:`DeviceTB.timing_from_params`.
+"""
+
+from __future__ import annotations
+
+import random
+
+import cocotb
+
+from hw.csr.registers import ID_VALUE
+from hw.cxl.messages import DRSOpcode, M2SReqOpcode, M2SRwDOpcode, MetaValue, NDROpcode
+from sim.golden_memory import FULL_MASK, LINE_BYTES
+from tb.device_tb import DeviceTB
+from tb.host_agent import ErrBit, TrafficMix, random_byte_enable
+from tb.pmem import PmemTiming
+
+NOISE = {"idle": [False, True], "backpressure": [False, True]}
+#: The default mix with a few percent of bad requests among the good ones.
+WITH_BAD_INPUT = TrafficMix(OutOfRange=1, Poisoned=1, EmptyPtl=0.5, ReservedReq=0.5,
+                            ReservedRwd=0.5)
+#: Mostly reads: a write waits until nothing of its ordering bucket is in flight, so a
+#: write-rich mix never fills the device.
+READ_HEAVY = TrafficMix(MemRd=60, MemRdData=15, MemWr=4, MemWrPtl=4, MemInv=3, MemInvNT=2,
+                        MemClnEvct=3, MemSpecRd=5, BIConflict=1)
+
+RESERVED_REQ = sorted(set(range(16)) - {op.value for op in M2SReqOpcode})
+RESERVED_RWD = sorted(set(range(16)) - {op.value for op in M2SRwDOpcode})
+
+
+def _tag(test: str, idle: bool, backpressure: bool) -> str:
+    return f"{test}-i{int(idle)}b{int(backpressure)}"
+
+
+async def _started(dut, name: str, **kw) -> DeviceTB:
+    tb = DeviceTB(dut, name, **kw)
+    await tb.start()
+    return tb
+
+
+def bucket_of(tb: DeviceTB, dev_line: int) -> int:
+    """Ordering-table bucket of a PMEM line: the XOR-fold of the line address in
+    ``hazard_bucket_width``-bit chunks (``docs/mem-endpoint.md``)."""
+    cfg = tb.config
+    bw, width = cfg.hazard_bucket_width, cfg.pmem_addr_width - 6
+    b = 0
+    for i in range(0, width, bw):
+        b ^= (dev_line >> i) & ((1 << bw) - 1)
+    return b
+
+
+def _spread_lines(tb: DeviceTB, count: int) -> list[int]:
+    """``count`` distinct PMEM lines spread over the HDM window."""
+    window = tb.agent.window_lines
+    if count > window:
+        raise ValueError(f"window of {window} lines is smaller than {count}")
+    step = max(1, window // count)
+    return [(i * step) % window for i in range(count)]
+
+
+# --- traffic ---------------------------------------------------------------------------
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_random_traffic(dut, idle, backpressure):
+    """Long random mixed traffic (all legal opcodes, random metadata and tags) checked
+    against the golden memory: half of it with half the requests on a hot window of 8
+    lines (same-line hazards everywhere) and a few percent of bad requests mixed in,
+    half read-heavy and spread over the window (the device fills up: high occupancy
+    and DevLoad)."""
+    # A PMEM fast enough for random lines (4 media channels at up to 4 lines per cycle)
+    # with long latencies, so that many requests are in flight; the latencies are drawn
+    # so that reads are sometimes the faster, sometimes the slower direction.
+    rng = random.Random(cocotb.RANDOM_SEED ^ 0x5EED)
+    timing = PmemTiming(read_latency=rng.randint(20, 100), write_latency=rng.randint(10, 100),
+                        peak_lines_per_cycle=4.0, channels=4, jitter=rng.randint(0, 32))
+    tb = await _started(dut, _tag("random", idle, backpressure), idle=idle,
+                        backpressure=backpressure, timing=timing)
+    n = tb.params.get("n_txn", 2000)
+    await tb.agent.run_random(n // 2, hot_fraction=0.5, mix=WITH_BAD_INPUT)
+    await tb.agent.run_random(n - n // 2, hot_fraction=0.02, mix=READ_HEAVY)
+    tb.log.info("%d random requests completed", n)
+    await tb.check_errors()   # the first bad request of the mix is latched
+    await tb.finish()
+
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_partial_writes(dut, idle, backpressure):
+    """MemWrPtl with structured and random byte enables, back to back on few lines,
+    each followed (without waiting) by reads; MemWr ignores its byte-enable field."""
+    tb = await _started(dut, _tag("partial", idle, backpressure), idle=idle,
+                        backpressure=backpressure)
+    a, rng = tb.agent, tb.rng
+    lines = [a.host_line(d) for d in _spread_lines(tb, 4)]
+    for line in lines:
+        a.write(line, rng.randbytes(LINE_BYTES))
+    # Every single byte, every 8-byte word, alternating patterns, everything.
+    patterns = [1 << i for i in range(LINE_BYTES)]
+    patterns += [0xFF << (8 * w) for w in range(8)]
+    patterns += [0x5555_5555_5555_5555, 0xAAAA_AAAA_AAAA_AAAA, 0xFFFF_FFFF,
+                 FULL_MASK ^ 0xFFFF_FFFF, 1 | 1 << 63, FULL_MASK]
+    patterns += [random_byte_enable(rng) for _ in range(40)]
+    for i, be in enumerate(patterns):
+        line = lines[i % len(lines)]
+        a.write(line, rng.randbytes(LINE_BYTES), be)
+        if rng.random() < 0.3:
+            a.read(line)
+    # MemWr with garbage in its byte-enable field writes the whole line.
+    for line in lines:
+        a.send_rwd(M2SRwDOpcode.MemWr, line, rng.randbytes(LINE_BYTES),
+                   byte_enable=rng.getrandbits(LINE_BYTES))
+        a.read(line)
+    await a.wait_idle()
+    await tb.finish()
+
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE, slow=["reads", "writes"])
+async def test_same_line_hazards(dut, idle, backpressure, slow):
+    """RAW, WAR and WAW on one line issued back to back (the device orders them by
+    handshake), also on different lines that share an ordering-table bucket. PMEM
+    reads are much slower than writes, or the other way round, so that a younger
+    request overtaking an older one of its line would be seen."""
+    fast, slow_latency = 6, 60
+    timing = PmemTiming(read_latency=slow_latency if slow == "reads" else fast,
+                        write_latency=fast if slow == "reads" else slow_latency, jitter=4,
+                        channels=2)
+    tb = await _started(dut, f"{_tag('hazards', idle, backpressure)}-{slow}", idle=idle,
+                        backpressure=backpressure, timing=timing)
+    a, rng, cfg = tb.agent, tb.rng, tb.config
+    window = a.window_lines
+    for _ in range(30):
+        d = rng.randrange(window)
+        line = a.host_line(d)
+        a.write(line, rng.randbytes(LINE_BYTES))                       # W
+        a.read(line)                                                   # RAW
+        a.write(line, rng.randbytes(LINE_BYTES))                       # WAR (read before)
+        a.write(line, rng.randbytes(LINE_BYTES), random_byte_enable(rng))  # WAW
+        a.read(line, opcode=M2SReqOpcode.MemRdData)
+        a.read(line)
+        # A neighbour whose XOR-folded bucket is the same (a false hazard: may only
+        # delay, never reorder).
+        bw = cfg.hazard_bucket_width
+        twin = d ^ (1 << bw) ^ 1
+        if twin < window:
+            a.write(a.host_line(twin), rng.randbytes(LINE_BYTES))
+            a.read(a.host_line(twin))
+            a.read(line)
+        if rng.random() < 0.3:
+            await a.wait_idle()
+    await a.wait_idle()
+    # Dense bursts on 2 lines.
+    await a.run_random(300, hot_lines=2, hot_fraction=0.95)
+    await tb.finish()
+
+
+@cocotb.test()
+async def test_all_tags_in_flight(dut):
+    """With both response channels paused, the device accepts requests until
+    ``max_tags`` are in flight (slots are freed only when PMEM answers and the answer
+    can move on), holds ``ready`` low, then completes everything when released."""
+    tb = await _started(dut, "all_tags")
+    a, cfg, pm = tb.agent, tb.config, tb.pmem
+    n = cfg.max_tags
+    tb.bfm.pause_responses(True)
+    # A write waits while anything of its ordering bucket is in flight, and a read
+    # while a write of its bucket is: give each write a bucket of its own and keep the
+    # reads out of those buckets, so that only the slot count limits acceptance.
+    n_buckets = cfg.hazard_buckets
+    write_buckets = set(range(min(n_buckets // 2, (n + 8) // 3)))
+    write_lines, read_lines = {}, []
+    for d in range(a.window_lines):
+        b = bucket_of(tb, d)
+        if b in write_buckets:
+            write_lines.setdefault(b, d)
+        elif len(read_lines) < n + 8:
+            read_lines.append(d)
+        if len(write_lines) == len(write_buckets) and len(read_lines) == n + 8:
+            break
+    lines = [("w", d) for d in write_lines.values()] + [("r", d) for d in read_lines]
+    tb.rng.shuffle(lines)
+    txns = []
+    for kind, d in lines[:n + 8]:
+        if kind == "w":
+            txns.append(a.write(a.host_line(d), tb.rng.randbytes(LINE_BYTES)))
+        else:
+            txns.append(a.read(a.host_line(d)))
+
+    def accepted() -> int:
+        return sum(t.accepted is not None for t in txns)
+
+    settle = 4 * (tb.timing.read_latency + tb.timing.jitter) + 4 * n + 200
+    await tb.loop.wait_cycles(settle)
+    taken = (pm.stats.reads - pm.outstanding[0]) + (pm.stats.writes - pm.outstanding[1])
+    got = accepted()
+    tb.log.info("accepted %d of %d with responses paused; %d PMEM answers taken",
+                got, len(txns), taken)
+    assert got - taken == n, (
+        f"{got} requests accepted and {taken} PMEM answers taken with the response "
+        f"channels paused: expected exactly max_tags={n} in flight")
+    before = got
+    await tb.loop.wait_cycles(200)
+    assert accepted() == before, "device accepted more requests while full"
+    assert tb.bfm.req.pending + tb.bfm.rwd.pending > 0
+    ready = int(dut.i_m2s_req__ready.value) | int(dut.i_m2s_rwd__ready.value)
+    assert ready == 0, "i_m2s_*.ready high while max_tags requests are in flight"
+    status = await tb.csr.read("STATUS")
+    assert status & 0xFFFF == n, f"STATUS.OCCUPANCY {status & 0xFFFF}, expected {n}"
+    assert status >> 16 == 3, f"STATUS.DEV_LOAD {status >> 16} with a full device, expected 3"
+    tb.bfm.pause_responses(False)
+    await a.wait_all(txns)
+    assert all(t.completed is not None for t in txns)
+    await tb.finish()
+
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_reset_mid_traffic(dut, idle, backpressure):
+    """Reset in the middle of random traffic: lines with unacknowledged writes hold the
+    old or the new value and are rewritten; everything else still matches; the CSRs
+    are back at their reset values and the device works afterwards."""
+    tb = await _started(dut, _tag("reset", idle, backpressure), idle=idle,
+                        backpressure=backpressure)
+    n = max(200, tb.params.get("n_txn", 2000) // 4)
+    for _ in range(2):
+        # Disturb the CSR state so that the reset has something to restore.
+        await tb.csr.write("PERF_CTRL", 1)
+        a = tb.agent
+        a.read(a.base_line + a.window_lines)   # HDM_RANGE error
+        await a.wait_idle()
+        await tb.reset_mid_traffic(n)
+        assert await tb.csr.read("ERR_STATUS") == 0, "ERR_STATUS not cleared by reset"
+        for name, value in (("HDM_BASE", tb.config.hdm_base), ("HDM_SIZE", tb.config.hdm_size)):
+            got = await tb.csr.read64(name)
+            assert got == value, f"{name} {got:#x} after reset, expected {value:#x}"
+        tb.agent.check_memory()
+        await tb.agent.run_random(n)
+    await tb.finish()
+
+
+# --- directed opcode coverage -----------------------------------------------------------
+
+@cocotb.test()
+async def test_opcode_responses(dut):
+    """Every legal M2S opcode with every MetaValue: the NDR/DRS opcodes of the
+    contract table, echoed Tag/LD-ID/MetaField/MetaValue, nothing for MemSpecRd; tags
+    0 and 0xFFFF; BIConflict and MemSpecRd need no HDM address."""
+    tb = await _started(dut, "opcodes")
+    a, rng = tb.agent, tb.rng
+    line = a.host_line(rng.randrange(a.window_lines))
+    a.write(line, rng.randbytes(LINE_BYTES))
+    grant = {MetaValue.Invalid.value: NDROpcode.Cmp, MetaValue.Any.value: NDROpcode.CmpE,
+             MetaValue.Shared.value: NDROpcode.CmpS, 0b01: NDROpcode.Cmp}
+    for mv in (0b00, 0b01, 0b10, 0b11):
+        for ld_id in (0, 15):
+            kw = {"meta_value": mv, "ld_id": ld_id, "tc": rng.randrange(4)}
+            rd = a.send_req(M2SReqOpcode.MemRd, line, **kw)
+            rdd = a.send_req(M2SReqOpcode.MemRdData, line, **kw)
+            inv = a.send_req(M2SReqOpcode.MemInv, line, **kw)
+            invnt = a.send_req(M2SReqOpcode.MemInvNT, line, **kw)
+            ev = a.send_req(M2SReqOpcode.MemClnEvct, line, **kw)
+            spec = a.send_req(M2SReqOpcode.MemSpecRd, line, **kw)
+            bi = a.send_rwd(M2SRwDOpcode.BIConflict, line, **kw)
+            await a.wait_all([rd, rdd, inv, invnt, ev, spec, bi])
+            assert rd.ndr["opcode"] == grant[mv].value
+            assert rd.drs["opcode"] == DRSOpcode.MemData.value
+            assert rdd.ndr["opcode"] == NDROpcode.CmpE.value
+            assert inv.ndr["opcode"] == invnt.ndr["opcode"] == grant[mv].value
+            assert inv.drs is None and ev.drs is None
+            assert ev.ndr["opcode"] == NDROpcode.Cmp.value
+            assert spec.ndr is None and spec.drs is None
+            assert bi.ndr["opcode"] == NDROpcode.BIConflictAck.value
+    # Extreme tags; BIConflict and MemSpecRd outside the HDM window are no errors.
+    await tb.loop.wait_cycles(100)
+    a.release_quarantine()
+    outside = a.base_line + a.window_lines
+    edge = [a.read(line, tag=0x0000), a.write(line, rng.randbytes(LINE_BYTES), tag=0xFFFF),
+            a.send_rwd(M2SRwDOpcode.BIConflict, outside), a.spec_rd(outside)]
+    await a.wait_all(edge)
+    assert [t.tag for t in edge[:2]] == [0, 0xFFFF] and edge[2].ndr is not None
+    assert await tb.check_errors() == 0
+    await tb.finish(settle=200)
+
+
+# --- bad input ------------------------------------------------------------------------
+
+def _outside_lines(tb: DeviceTB) -> list[int]:
+    """Host lines just below and just above the HDM window, and far above it."""
+    a = tb.agent
+    out = [a.base_line + a.window_lines, a.base_line + a.window_lines + 1,
+           a.base_line + 2 * a.window_lines, (1 << 46) - 1]
+    if a.base_line:
+        out += [a.base_line - 1, 0]
+    return out
+
+
+async def _prefill(tb: DeviceTB, count: int = 4) -> list[int]:
+    a = tb.agent
+    dls = _spread_lines(tb, count)
+    await a.wait_all([a.write(a.host_line(d), tb.rng.randbytes(LINE_BYTES)) for d in dls])
+    return dls
+
+
+async def _bad(tb: DeviceTB, txns, *, pmem_untouched: bool = True) -> None:
+    """Wait for ``txns`` (the agent checks the exact responses); PMEM must have seen no
+    request; then the error CSRs must hold the first error and clear with W1C."""
+    pm = tb.pmem
+    before = (pm.stats.reads, pm.stats.writes)
+    await tb.agent.wait_all(txns)
+    await tb.loop.wait_cycles(20)
+    if pmem_untouched:
+        assert (pm.stats.reads, pm.stats.writes) == before, (
+            f"PMEM saw {pm.stats.reads - before[0]} reads and {pm.stats.writes - before[1]} "
+            f"writes for requests that must not touch memory")
+    await tb.check_errors()
+
+
+async def _works_after(tb: DeviceTB) -> None:
+    await tb.agent.run_random(100)
+    await tb.finish()
+
+
+@cocotb.test()
+async def test_bad_out_of_range_read(dut):
+    """MemRd / MemRdData outside the HDM window: DRS MemData-NXM with zero data plus
+    NDR Cmp, no PMEM access, ERR_STATUS.HDM_RANGE with the line and opcode latched."""
+    tb = await _started(dut, "bad_range_rd")
+    a = tb.agent
+    await _prefill(tb)
+    for line in _outside_lines(tb):
+        for op in (M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData):
+            t = a.read(line, opcode=op, meta_value=MetaValue.Shared)
+            await _bad(tb, [t])
+            assert t.drs["opcode"] == DRSOpcode.MemDataNXM.value and t.drs["data"] == 0
+            assert t.ndr["opcode"] == NDROpcode.Cmp.value
+    # Several errors before software looks: the first one is latched.
+    lines = _outside_lines(tb)
+    await _bad(tb, [a.read(line) for line in lines])
+    await _works_after(tb)
+
+
+@cocotb.test()
+async def test_bad_out_of_range_write(dut):
+    """MemWr / MemWrPtl outside the HDM window: NDR Cmp, memory unchanged (no PMEM
+    write, in particular not at the wrapped-around line), HDM_RANGE latched."""
+    tb = await _started(dut, "bad_range_wr")
+    a, rng = tb.agent, tb.rng
+    await _prefill(tb)
+    for line in _outside_lines(tb):
+        t1 = a.write(line, rng.randbytes(LINE_BYTES))
+        await _bad(tb, [t1])
+        t2 = a.write(line, rng.randbytes(LINE_BYTES), random_byte_enable(rng))
+        await _bad(tb, [t2])
+        assert t1.ndr["opcode"] == t2.ndr["opcode"] == NDROpcode.Cmp.value
+    # MemInv / MemClnEvct outside the window are errors too.
+    for op in (M2SReqOpcode.MemInv, M2SReqOpcode.MemInvNT, M2SReqOpcode.MemClnEvct):
+        await _bad(tb, [a.send_req(op, _outside_lines(tb)[0], meta_value=MetaValue.Any)])
+    assert a.check_memory() > 0
+    await _works_after(tb)
+
+
+@cocotb.test()
+async def test_bad_reserved_req_opcode(dut):
+    """Every reserved M2S Req opcode: NDR Cmp, no DRS, no PMEM access, RSVD_OPCODE
+    with the opcode and channel 0 latched."""
+    tb = await _started(dut, "bad_rsvd_req")
+    a = tb.agent
+    dls = await _prefill(tb)
+    for op in RESERVED_REQ:
+        t = a.send_req(op, a.host_line(dls[0]), meta_value=MetaValue.Any)
+        await _bad(tb, [t])
+        assert t.ndr["opcode"] == NDROpcode.Cmp.value and t.drs is None
+    await _works_after(tb)
+
+
+@cocotb.test()
+async def test_bad_reserved_rwd_opcode(dut):
+    """Every reserved M2S RwD opcode: NDR Cmp, memory unchanged, RSVD_OPCODE with the
+    opcode and channel 1 latched."""
+    tb = await _started(dut, "bad_rsvd_rwd")
+    a, rng = tb.agent, tb.rng
+    dls = await _prefill(tb)
+    for op in RESERVED_RWD:
+        t = a.send_rwd(op, a.host_line(dls[1]), rng.randbytes(LINE_BYTES))
+        await _bad(tb, [t])
+        assert t.ndr["opcode"] == NDROpcode.Cmp.value
+    a.read(a.host_line(dls[1]))
+    await _works_after(tb)
+
+
+@cocotb.test()
+async def test_bad_poisoned_write(dut):
+    """Poisoned MemWr / MemWrPtl: NDR Cmp, memory unchanged, POISON latched; poisoned
+    and out of range sets both bits."""
+    tb = await _started(dut, "bad_poison")
+    a, rng = tb.agent, tb.rng
+    dls = await _prefill(tb)
+    for d in dls:
+        line = a.host_line(d)
+        t1 = a.write(line, rng.randbytes(LINE_BYTES), poison=True)
+        await _bad(tb, [t1])
+        t2 = a.write(line, rng.randbytes(LINE_BYTES), random_byte_enable(rng), poison=True)
+        await _bad(tb, [t2])
+        await a.read(line)
+    t = a.write(_outside_lines(tb)[0], rng.randbytes(LINE_BYTES), poison=True)
+    await _bad(tb, [t])
+    assert t.err_bits == ErrBit.mask(ErrBit.HDM_RANGE, ErrBit.POISON)
+    await _works_after(tb)
+
+
+@cocotb.test()
+async def test_bad_empty_partial_write(dut):
+    """MemWrPtl with no byte enabled: NDR Cmp, memory unchanged, EMPTY_PTL latched."""
+    tb = await _started(dut, "bad_empty_ptl")
+    a, rng = tb.agent, tb.rng
+    dls = await _prefill(tb)
+    for d in dls:
+        t = a.write(a.host_line(d), rng.randbytes(LINE_BYTES), 0)
+        await _bad(tb, [t])
+        assert t.ndr["opcode"] == NDROpcode.Cmp.value
+        await a.read(a.host_line(d))
+    await _works_after(tb)
+
+
+@cocotb.test()
+async def test_bad_unexpected_fwd(dut):
+    """MemRdFwd / MemWrFwd with no CXL.cache request outstanding: no response at all,
+    no PMEM access, UNEXPECTED_FWD latched."""
+    tb = await _started(dut, "bad_fwd")
+    a = tb.agent
+    dls = await _prefill(tb)
+    for op in (M2SReqOpcode.MemRdFwd, M2SReqOpcode.MemWrFwd):
+        t = a.send_req(op, a.host_line(dls[2]), meta_value=MetaValue.Any)
+        await _bad(tb, [t])
+        await tb.loop.wait_cycles(200)   # a response would fail the agent
+        assert t.ndr is None and t.drs is None
+    await _works_after(tb)
+
+
+@cocotb.test()
+async def test_bad_pmem_response(dut):
+    """PMEM answers SLVERR / DECERR: the read still completes with DRS MemData carrying
+    Poison, the write with NDR Cmp; PMEM_RESP is latched with the PMEM channel, the
+    device line address and the request's opcode."""
+    tb = await _started(dut, "bad_pmem_resp")
+    a, m, rng = tb.agent, tb.pmem, tb.rng
+    dls = await _prefill(tb)
+    inject = {"r": 0, "b": 0}
+    r_beat, b_resp = m.r_beat, m.b_resp
+
+    def bad_r(cycle):
+        beat = r_beat(cycle)
+        if beat is not None and inject["r"]:
+            return (beat[0], beat[1], rng.choice((2, 3)), beat[3])
+        return beat
+
+    def bad_b(cycle):
+        b = b_resp(cycle)
+        if b is not None and inject["b"]:
+            return (b[0], rng.choice((2, 3)))
+        return b
+
+    m.r_beat, m.b_resp = bad_r, bad_b
+    for d in dls[:2]:
+        for opcode in (M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData):
+            inject["r"] = 1
+            t = a.read(a.host_line(d), opcode=opcode)
+            t.pmem_error = True
+            await t
+            inject["r"] = 0
+            assert t.drs["poison"] == 1
+            await tb.check_errors()
+        inject["b"] = 1
+        t = a.write(a.host_line(d), rng.randbytes(LINE_BYTES), random_byte_enable(rng))
+        t.pmem_error = True
+        await t
+        inject["b"] = 0
+        assert t.ndr["opcode"] == NDROpcode.Cmp.value
+        await tb.check_errors()
+    m.r_beat, m.b_resp = r_beat, b_resp
+    await _works_after(tb)
+
+
+# --- CSRs -------------------------------------------------------------------------------
+
+@cocotb.test()
+async def test_csr_identification(dut):
+    """ID, VERSION and one capability register per generator parameter equal the
+    config; HDM registers reset to the config; unmapped offsets answer SLVERR; writes
+    to constants are ignored."""
+    tb = await _started(dut, "csr_id")
+    csr, cfg = tb.csr, tb.config
+    assert await csr.read("ID") == ID_VALUE
+    assert await csr.read("VERSION") == tb.regs["VERSION"].reset
+    for param, value in cfg.params().items():
+        name = f"CAP_{param.upper()}"
+        if f"{name}_LO" in csr.offsets:
+            got = await csr.read(f"{name}_LO") | await csr.read(f"{name}_HI") << 32
+        else:
+            got = await csr.read(name)
+        assert got == value, f"{name} reads {got:#x}, config {param} = {value:#x}"
+    assert await csr.read64("HDM_BASE") == cfg.hdm_base
+    assert await csr.read64("HDM_SIZE") == cfg.hdm_size
+    status = await csr.read("STATUS")
+    assert status == 0, f"STATUS {status:#x} on an idle device"
+    for name in ("ERR_STATUS", "ERR_ADDR_LO", "ERR_ADDR_HI", "ERR_INFO", "PERF_CTRL"):
+        assert await csr.read(name) == 0, f"{name} not zero after reset"
+    await csr.write("ID", 0)
+    assert await csr.read("ID") == ID_VALUE, "write to a CONST register changed it"
+    value, resp = await csr.read_raw(0x400)
+    assert resp == 2 and value == 0, f"unmapped read answered resp {resp} data {value:#x}"
+    assert await csr.write_raw(0x400, 0xFFFF_FFFF) == 2, "unmapped write not SLVERR"
+    await tb.finish()
+
+
+@cocotb.test()
+async def test_hdm_reprogramming(dut):
+    """Moving and resizing the HDM window through the CSRs moves the decoder: data
+    written at PMEM line d appears at host line new_base + d, lines outside the new
+    window answer MemData-NXM, a zero size disables the decoder, a size beyond the
+    PMEM is clipped to it; 4 KiB granularity of the registers."""
+    tb = await _started(dut, "hdm")
+    a, rng, cfg, csr = tb.agent, tb.rng, tb.config, tb.csr
+    dls = [*_spread_lines(tb, 8)[:4], 0, 1, 63]
+    dls = sorted({d for d in dls if d < a.window_lines})
+    await a.wait_all([a.write(a.host_line(d), rng.randbytes(LINE_BYTES)) for d in dls])
+
+    async def probe() -> None:
+        txns = []
+        for d in dls:
+            if a.host_line(d) < 1 << 46:
+                txns.append(a.read(a.host_line(d)))
+        old = cfg.hdm_base // LINE_BYTES
+        for line in (old, old + 1, a.base_line - 1, a.base_line + a.window_lines):
+            if 0 <= line < (1 << 46):
+                txns.append(a.read(line))
+        for d in dls[:2]:
+            if a.decode(a.host_line(d)) is None:
+                continue
+            txns.append(a.write(a.host_line(d), rng.randbytes(LINE_BYTES)))
+            txns.append(a.read(a.host_line(d)))
+        await a.wait_all(txns)
+
+    # Move up by 1 GiB + 4 KiB and shrink to 16 KiB (low bits of the writes ignored).
+    new_base = cfg.hdm_base + (1 << 30) + 4096
+    await csr.write("HDM_BASE_LO", (new_base & 0xFFFF_FFFF) | 0xABC)
+    await csr.write("HDM_BASE_HI", new_base >> 32)
+    await csr.write64("HDM_SIZE", 16384 | 0x123)
+    assert await csr.read64("HDM_BASE") == new_base, "HDM_BASE bits [11:0] must read 0"
+    assert await csr.read64("HDM_SIZE") == 16384
+    await tb.loop.wait_cycles(2)
+    a.set_hdm(new_base, 16384)
+    await probe()
+    # Base high bits: 52-bit addresses (HDM_BASE_HI is 20 bits wide).
+    await csr.write("HDM_BASE_HI", 0xFFFF_FFFF)
+    assert await csr.read("HDM_BASE_HI") == 0xF_FFFF
+    top = (0xF_FFFF << 32) | 0xFFFF_0000
+    await tb.set_hdm(top, 65536 - 4096 if cfg.pmem_size >= 65536 else 4096)
+    await probe()
+    # Zero size: nothing decodes.
+    await tb.set_hdm(cfg.hdm_base, 0)
+    await probe()
+    # A size beyond the PMEM is clipped to the PMEM.
+    big = min(2 * cfg.pmem_size, (1 << 52) - cfg.hdm_base - 4096)
+    await tb.set_hdm(cfg.hdm_base, big)
+    assert a.window_lines == cfg.pmem_lines
+    await probe()
+    await tb.set_hdm(cfg.hdm_base, cfg.hdm_size)
+    await probe()
+    await tb.check_errors()
+    await a.run_random(200)
+    await tb.finish()
+
+
+@cocotb.test()
+async def test_dev_load(dut):
+    """STATUS.OCCUPANCY counts requests in flight and STATUS.DEV_LOAD (and the DevLoad
+    of responses) rises with it: Light below max_tags/4, Optimal below /2, Moderate
+    below 3/4, Severe from there on."""
+    tb = await _started(dut, "dev_load")
+    a, cfg, pm = tb.agent, tb.config, tb.pmem
+    n = cfg.max_tags
+    thresholds = [-(-k * n // 4) for k in (1, 2, 3)]   # ceil(k * n / 4)
+
+    def expect(occupancy: int) -> int:
+        return sum(occupancy >= t for t in thresholds)
+
+    tb.bfm.pause_responses(True)
+    lines = _spread_lines(tb, min(a.window_lines, n))
+    targets = sorted({0, 1, *(t - 1 for t in thresholds), *thresholds, n} - {-1})
+    targets = [t for t in targets if 0 <= t <= n]
+    txns = []
+    seen = []
+
+    async def settle() -> int:
+        await tb.loop.wait_cycles(tb.timing.read_latency + tb.timing.jitter + 2 * n + 50)
+        taken = pm.stats.reads - pm.outstanding[0]
+        return sum(t.accepted is not None for t in txns) - taken
+
+    for target in targets:
+        # Requests whose PMEM answer was taken (and waits for the paused sinks) no
+        # longer count, so top up until the occupancy reaches the target.
+        occupancy = await settle()
+        while occupancy < target:
+            for _ in range(target - occupancy):
+                txns.append(a.read(a.host_line(lines[len(txns) % len(lines)])))
+            occupancy = await settle()
+        assert occupancy == target, f"occupancy {occupancy} overshot {target}"
+        status = await tb.csr.read("STATUS")
+        tb.log.info("%d issued, occupancy %d: STATUS %#x", len(txns), occupancy, status)
+        assert status & 0xFFFF == occupancy, (
+            f"STATUS.OCCUPANCY {status & 0xFFFF}, expected {occupancy}")
+        assert status >> 16 == expect(occupancy), (
+            f"STATUS.DEV_LOAD {status >> 16} at occupancy {occupancy}, expected "
+            f"{expect(occupancy)} (thresholds {thresholds})")
+        seen.append(status >> 16)
+    assert seen == sorted(seen) and seen[-1] == 3
+    tb.bfm.pause_responses(False)
+    await a.wait_all(txns)
+    hist = a.stats.dev_load
+    assert hist[3] > 0, f"no response reported SevereOverload (histogram {hist})"
+    a.read(a.host_line(0))
+    await a.wait_idle()
+    assert a.stats.dev_load[0] > hist[0] or hist[0] > 0
+    await tb.finish()
+
+
+@cocotb.test()
+async def test_perf_counters(dut):
+    """PERF_READS / PERF_WRITES count the memory requests, PERF_CYCLES counts cycles,
+    PERF_BUSY counts busy cycles only; PERF_CTRL clears all of them."""
+    tb = await _started(dut, "perf")
+    a, csr, rng = tb.agent, tb.csr, tb.rng
+    await csr.write("PERF_CTRL", 1)
+    for name in ("PERF_READS", "PERF_WRITES"):
+        assert await csr.read64(name) == 0, f"{name} not cleared by PERF_CTRL"
+    c0, t0 = await csr.read64("PERF_CYCLES"), tb.loop.cycle
+    n_rd, n_wr = 37, 23
+    txns = [a.write(a.host_line(rng.randrange(a.window_lines)), rng.randbytes(LINE_BYTES),
+                    random_byte_enable(rng) if i % 2 else None) for i in range(n_wr)]
+    txns += [a.read(a.host_line(rng.randrange(a.window_lines)),
+                    opcode=rng.choice((M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData)))
+             for _ in range(n_rd)]
+    await a.wait_all(txns)
+    await tb.loop.wait_cycles(10)
+    reads, writes = await csr.read64("PERF_READS"), await csr.read64("PERF_WRITES")
+    assert (reads, writes) == (n_rd, n_wr), (
+        f"PERF_READS/WRITES {reads}/{writes}, expected {n_rd}/{n_wr}")
+    c1, t1 = await csr.read64("PERF_CYCLES"), tb.loop.cycle
+    assert abs((c1 - c0) - (t1 - t0)) <= 4, (
+        f"PERF_CYCLES advanced {c1 - c0} while {t1 - t0} cycles passed")
+    busy = await csr.read64("PERF_BUSY")
+    assert 0 < busy < c1, f"PERF_BUSY {busy} (cycles {c1})"
+    await tb.loop.wait_cycles(100)
+    assert await csr.read64("PERF_BUSY") == busy, "PERF_BUSY counted while idle"
+    await csr.write("PERF_CTRL", 1)
+    assert await csr.read64("PERF_CYCLES") < 50
+    for name in ("PERF_READS", "PERF_WRITES", "PERF_BUSY"):
+        assert await csr.read64(name) == 0, f"{name} not cleared by PERF_CTRL"
+    await tb.finish()
+
+
+# --- persistence ------------------------------------------------------------------------
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_power_failure(dut, idle, backpressure):
+    """Power fails with writes in flight: every write whose NDR arrived survives; every
+    other write's line holds the old value, the new one, or a mix of the two per
+    8-byte word within its strobes; after power-on and reset the device works."""
+    tb = DeviceTB(dut, _tag("power", idle, backpressure), idle=idle,
+                  backpressure=backpressure,
+                  timing=PmemTiming(read_latency=20, write_latency=60, jitter=30, channels=2))
+    await tb.start()
+    a = tb.agent
+    writes = TrafficMix(MemRd=10, MemRdData=0, MemWr=40, MemWrPtl=40, MemInv=0, MemInvNT=0,
+                        MemClnEvct=0, MemSpecRd=0, BIConflict=0)
+    n = max(100, tb.params.get("n_txn", 2000) // 8)
+    total_lost = total_torn = 0
+    for _ in range(3):
+        await a.run_random(n // 2, mix=writes, hot_lines=16)
+        task = cocotb.start_soon(a.run_random(n, mix=writes, hot_lines=16, wait=False))
+        await tb.loop.wait_cycles(tb.rng.randint(30, 30 + 2 * n))
+        lost, report = await tb.reset_device(power_fail=True)
+        await task
+        total_lost += len(lost)
+        total_torn += report.count("torn")
+        a.check_memory()    # every acknowledged write survived
+        await a.run_random(n // 2)
+    tb.log.info("%d unacknowledged writes at 3 power failures, %d torn", total_lost, total_torn)
+    assert total_lost > 0, "no write was in flight at any power failure"
+    await tb.finish()
+
+
+@cocotb.test()
+async def test_write_forward_progress(dut):
+    """A write must not wait forever behind reads of its line: with MemRd of one line
+    offered every cycle, a MemWr of that line must still be accepted within a bound
+    (here: enough time for every slot's PMEM read to finish twice)."""
+    tb = await _started(dut, "write_progress")
+    a, rng = tb.agent, tb.rng
+    line = a.host_line(rng.randrange(a.window_lines))
+    bound = 2 * (tb.config.max_tags + tb.timing.read_latency + tb.timing.jitter) + 100
+    reads = [a.read(line) for _ in range(4)]
+    await tb.loop.wait_cycles(8)
+    w = a.write(line, rng.randbytes(LINE_BYTES))
+    waited = 0
+    while w.accepted is None and waited < 4 * bound:
+        while tb.bfm.req.pending < 2:
+            reads.append(a.read(line))
+        await tb.loop.wait_cycles(1)
+        waited += 1
+    delay = (w.accepted - w.issued) if w.accepted is not None else None
+    tb.log.info("MemWr accepted %s cycles after issue with reads of its line offered "
+                "every cycle (%d reads accepted meanwhile)", delay,
+                sum(r.accepted is not None for r in reads))
+    await a.wait_idle()
+    assert delay is not None and delay <= bound, (
+        f"MemWr of line {line:#x} not accepted within {bound} cycles "
+        f"({'never, within ' + str(4 * bound) if delay is None else delay}) while reads of "
+        f"the same line kept being accepted: the RwD channel starves")
+    await tb.finish()
