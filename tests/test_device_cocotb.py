@@ -9,9 +9,6 @@ The long random-traffic test runs ``N_TXN[sim][config]`` requests in each of its
 idle/backpressure variants: at least 10,000 per simulator on the default config alone,
 plus the other configs and the random traffic inside the directed tests. ``SEED=<n>``
 replays a run; otherwise a fresh seed is drawn and printed.
-
-Groups in :data:`KNOWN_BUGS` demonstrate reported RTL bugs: they are strict xfails,
-so they turn into failures (remove the entry) once the RTL is fixed.
 """
 
 from __future__ import annotations
@@ -61,23 +58,8 @@ GROUPS: dict[str, list[str]] = {
 }
 
 
-#: Groups expected to fail until the RTL is fixed (each names the reported bug).
-KNOWN_BUGS: dict[str, str] = {
-    "liveness": "RTL: reads of a line keep being accepted while a MemWr of that line "
-                "waits, so the RwD channel starves (see test_write_forward_progress)",
-}
-GROUPS["liveness"] = ["test_write_forward_progress"]
-
-
-def _group_param(group: str):
-    if group in KNOWN_BUGS:
-        return pytest.param(group, marks=pytest.mark.xfail(reason=KNOWN_BUGS[group],
-                                                           strict=True))
-    return group
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("group", [_group_param(g) for g in GROUPS])
+@pytest.mark.parametrize("group", list(GROUPS))
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("sim", simulators())
 def test_device(sim: str, config: str, group: str) -> None:

@@ -363,7 +363,11 @@ class MemEndpoint(wiring.Component):
             rd_busy.eq(Cat(c.any() for c in rd_count)),
             wr_busy.eq(Cat(c.any() for c in wr_count)),
         ]
-        r_hazard_ok = ~(wr_busy >> r_bucket)[0]
+        # A write waiting at the head of RwD also blocks reads of its bucket: otherwise a
+        # host that keeps reading a line would keep the write from ever being accepted
+        # (writes need a bucket with nothing in flight), and every write behind it too.
+        w_waiting = Signal()
+        r_hazard_ok = ~(wr_busy >> r_bucket)[0] & ~(w_waiting & (r_bucket == w_bucket))
         w_hazard_ok = ~((rd_busy | wr_busy) >> w_bucket)[0]
 
         m.submodules.imm_fifo = imm_fifo = SyncFIFOBuffered(width=_ImmEntry.size,
@@ -376,6 +380,7 @@ class MemEndpoint(wiring.Component):
         r_can = Signal()
         w_can = Signal()
         m.d.comb += [
+            w_waiting.eq(rwd.valid & w_mem),
             r_can.eq(req.valid & Mux(r_mem, slot_avail & r_hazard_ok & ar_free,
                                      ~r_imm | imm_fifo.w_rdy)),
             w_can.eq(rwd.valid & Mux(w_mem, slot_avail & w_hazard_ok & aw_free & w_free,
