@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-__all__ = ["DeviceConfig", "load_config", "CONFIG_DIR", "preset_names"]
+__all__ = ["CONFIG_DIR", "DeviceConfig", "load_config", "preset_names"]
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -84,8 +84,8 @@ class DeviceConfig:
         if self.line_bits != LINE_BITS:
             raise ValueError(f"line_bits is fixed at {LINE_BITS}, not {self.line_bits}")
         if not _is_pow2(self.pmem_size) or not (1 << 16) <= self.pmem_size <= (1 << 46):
-            raise ValueError(
-                f"pmem_size must be a power of two between 64 KiB and 64 TiB, not {self.pmem_size}")
+            raise ValueError("pmem_size must be a power of two between 64 KiB and 64 TiB, "
+                             f"not {self.pmem_size}")
         if self.hdm_base % HDM_GRANULE or not 0 <= self.hdm_base < (1 << HOST_ADDR_BITS):
             raise ValueError(
                 f"hdm_base must be a 4 KiB aligned 52-bit address, not {self.hdm_base:#x}")
@@ -94,8 +94,8 @@ class DeviceConfig:
                 f"hdm_size must be a 4 KiB multiple no larger than pmem_size "
                 f"({self.pmem_size}), not {self.hdm_size}")
         if self.hdm_base + self.hdm_size > (1 << HOST_ADDR_BITS):
-            raise ValueError(
-                f"hdm_base + hdm_size must stay below 2**52, not {self.hdm_base + self.hdm_size:#x}")
+            end = self.hdm_base + self.hdm_size
+            raise ValueError(f"hdm_base + hdm_size must stay below 2**52, not {end:#x}")
         if not 1 <= self.max_tags <= 4096:
             raise ValueError(f"max_tags must be between 1 and 4096, not {self.max_tags}")
         if not 6 <= self.axi_id_width <= 16:
@@ -105,8 +105,8 @@ class DeviceConfig:
                 f"axi_id_width {self.axi_id_width} gives {1 << self.axi_id_width} IDs, "
                 f"fewer than max_tags {self.max_tags}")
         if not _is_pow2(self.hazard_buckets) or not 2 <= self.hazard_buckets <= 4096:
-            raise ValueError(
-                f"hazard_buckets must be a power of two between 2 and 4096, not {self.hazard_buckets}")
+            raise ValueError("hazard_buckets must be a power of two between 2 and 4096, "
+                             f"not {self.hazard_buckets}")
         if not 12 <= self.csr_addr_width <= 24:
             raise ValueError(
                 f"csr_addr_width must be between 12 and 24, not {self.csr_addr_width}")

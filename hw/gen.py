@@ -21,7 +21,7 @@ from amaranth.back import verilog
 
 from .config import DeviceConfig, load_config
 
-__all__ = ["DESIGNS", "module_name", "elaborate", "emit", "main"]
+__all__ = ["DESIGNS", "elaborate", "emit", "main", "module_name"]
 
 #: design name -> "module:Class"; every class takes ``config=`` as its only argument.
 DESIGNS: dict[str, str] = {

@@ -16,7 +16,7 @@ from .bus.axi import AXI4LiteSignature, AXI4Signature
 from .config import DeviceConfig
 from .csr.bank import CsrBank
 from .cxl.mem_endpoint import MemEndpoint
-from .cxl.messages import M2SReq, M2SRwD, S2MDRS, S2MNDR
+from .cxl.messages import S2MDRS, S2MNDR, M2SReq, M2SRwD
 
 __all__ = ["Device"]
 

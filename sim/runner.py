@@ -9,6 +9,7 @@ environment variables (``TCXL_CONFIG``, ``TCXL_PARAMS``, JSON), read back by
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -104,12 +105,16 @@ def build(design: str, config: DeviceConfig, sim: str = "verilator", *, waves: b
 
 def run(test_module: str, design: str, config: DeviceConfig, sim: str = "verilator", *,
         testcase: str | list[str] | None = None, seed: int | None = None,
-        params: dict | None = None, waves: bool = False, name: str | None = None,
+        params: dict | None = None, waves: bool | None = None, name: str | None = None,
         quiet: bool = False, factory: Factory | None = None) -> SimResult:
     """Run the cocotb ``test_module`` against ``design`` built for ``config`` and ``sim``.
 
-    ``factory``: see :func:`build`.
+    ``waves``: dump waveforms into the run's test directory; default from the
+    environment (``WAVES=1``, as ``make test WAVES=1`` sets it). ``factory``: see
+    :func:`build`.
     """
+    if waves is None:
+        waves = os.environ.get("WAVES") == "1"
     runner, build_dir, top = build(design, config, sim, waves=waves, factory=factory)
     test_dir = build_dir / "runs" / (name or uuid.uuid4().hex[:12])
     test_dir.mkdir(parents=True, exist_ok=True)
@@ -121,15 +126,14 @@ def run(test_module: str, design: str, config: DeviceConfig, sim: str = "verilat
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "INFO"),
     }
-    try:
+    # Under pytest the runner raises SystemExit on failures; the results XML tells.
+    with contextlib.suppress(SystemExit):
         runner.test(
             test_module=test_module, hdl_toplevel=top, testcase=testcase, seed=seed,
             extra_env=env, build_dir=build_dir / "obj", test_dir=test_dir,
             results_xml=str(results_xml), waves=waves, timescale=("1ns", "1ps"),
             log_file=None if not quiet else log,
         )
-    except SystemExit:
-        pass  # under pytest the runner raises SystemExit on failures; the XML tells
     passed = failed = skipped = 0
     if results_xml.exists():
         for case in ET.parse(results_xml).getroot().iter("testcase"):

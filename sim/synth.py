@@ -22,7 +22,7 @@ from hw.gen import DESIGNS, emit
 
 from .runner import BUILD
 
-__all__ = ["synth", "main"]
+__all__ = ["main", "synth"]
 
 
 def _tool(name: str) -> str:
@@ -49,15 +49,17 @@ def synth(design: str, config_name: str, *, device: str = "85k") -> dict:
                            "--report", report.name, "--quiet"],
                           cwd=out, capture_output=True, text=True)
     t2 = time.monotonic()
-    result: dict = {"design": design, "config": config.tag, "module": top, "part": f"LFE5U-{device.upper()}",
-                    "yosys_seconds": round(t1 - t0, 1), "nextpnr_seconds": round(t2 - t1, 1)}
+    result: dict = {"design": design, "config": config.tag, "module": top,
+                    "part": f"LFE5U-{device.upper()}", "yosys_seconds": round(t1 - t0, 1),
+                    "nextpnr_seconds": round(t2 - t1, 1)}
     if proc.returncode != 0 or not report.exists():
         result["error"] = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
         return result
     data = json.loads(report.read_text())
     util = data.get("utilisation", {})
     result["resources"] = {k: v.get("used") for k, v in util.items() if v.get("used")}
-    result["fmax_mhz"] = {k: round(v.get("achieved", 0.0), 1) for k, v in data.get("fmax", {}).items()}
+    result["fmax_mhz"] = {k: round(v.get("achieved", 0.0), 1)
+                          for k, v in data.get("fmax", {}).items()}
     return result
 
 

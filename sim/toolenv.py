@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["setup", "verilator_root", "have_simulator", "SIMULATORS"]
+__all__ = ["SIMULATORS", "have_simulator", "setup", "verilator_root"]
 
 SIMULATORS = ("verilator", "icarus")
 

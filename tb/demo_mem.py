@@ -93,7 +93,8 @@ async def demo(dut):
     await bad
     report["phases"].append(summarize("read outside the HDM window", [bad], samples=1))
     report["csr"]["ERR_STATUS"] = f"{await tb.csr.read('ERR_STATUS'):#x}"
-    report["csr"]["ERR_ADDR"] = f"{await tb.csr.read('ERR_ADDR_HI') << 32 | await tb.csr.read('ERR_ADDR_LO'):#x}"
+    err_addr = await tb.csr.read("ERR_ADDR_HI") << 32 | await tb.csr.read("ERR_ADDR_LO")
+    report["csr"]["ERR_ADDR"] = f"{err_addr:#x}"
     report["csr"]["PERF_READS"] = await tb.csr.read64("PERF_READS")
     report["csr"]["PERF_WRITES"] = await tb.csr.read64("PERF_WRITES")
     report["csr"]["PERF_BUSY"] = await tb.csr.read64("PERF_BUSY")

@@ -17,6 +17,12 @@ def simulators() -> list[str]:
     return [sim] if sim else list(toolenv.SIMULATORS)
 
 
+def configs(default: tuple[str, ...]) -> list[str]:
+    """Configs to run cocotb tests on: ``CONFIG`` restricts to one, else ``default``."""
+    config = os.environ.get("CONFIG")
+    return [config] if config else list(default)
+
+
 def require_simulator(sim: str) -> None:
     if not toolenv.have_simulator(sim):
         hint = "sudo apt-get install -y iverilog" if sim == "icarus" else "make venv"

@@ -21,10 +21,10 @@ import pytest
 from hw.config import load_config
 from sim import runner
 
-from .conftest import require_simulator, simulators
+from .conftest import configs, require_simulator, simulators
 from .conftest import seed as env_seed
 
-CONFIGS = ("default", "small", "odd")
+CONFIGS = configs(("default", "small", "odd"))   # CONFIG=<preset or .toml> restricts
 
 #: Random requests per idle/backpressure variant of test_random_traffic (x4 variants).
 #: Icarus runs about 5x slower per cycle than Verilator.
@@ -67,7 +67,7 @@ def test_device(sim: str, config: str, group: str) -> None:
     seed = env_seed()
     if seed is None:
         seed = random.randrange(1 << 31)
-    n_txn = N_TXN[sim][config] if group == "random" else N_DIRECTED[sim]
+    n_txn = N_TXN[sim].get(config, N_TXN[sim]["small"]) if group == "random" else N_DIRECTED[sim]
     print(f"device {config} on {sim}, group {group}: SEED={seed}")
     result = runner.run("tb.test_device", "device", load_config(config), sim,
                         testcase=GROUPS[group], seed=seed, params={"n_txn": n_txn},

@@ -14,7 +14,7 @@ from __future__ import annotations
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AXI4Signature", "AXI4LiteSignature", "AxiResp", "AxiBurst"]
+__all__ = ["AXI4LiteSignature", "AXI4Signature", "AxiBurst", "AxiResp"]
 
 
 class AxiResp:
@@ -49,7 +49,7 @@ class AXI4Signature(wiring.Signature):
         self._addr_width = addr_width
         self._data_width = data_width
         self._id_width = id_width
-        addr_members = lambda p: {  # noqa: E731 (AW and AR share their fields)
+        addr_members = lambda p: {
             f"{p}valid": Out(1), f"{p}ready": In(1), f"{p}id": Out(id_width),
             f"{p}addr": Out(addr_width), f"{p}len": Out(8), f"{p}size": Out(3),
             f"{p}burst": Out(2), f"{p}lock": Out(1), f"{p}cache": Out(4), f"{p}prot": Out(3),

@@ -24,11 +24,33 @@ from __future__ import annotations
 from amaranth.lib import data, enum
 
 __all__ = [
-    "M2SReqOpcode", "M2SRwDOpcode", "SnpType", "MetaField", "MetaValue",
-    "NDROpcode", "DRSOpcode", "DevLoad",
-    "D2HReqOpcode", "D2HRspOpcode", "H2DReqOpcode", "H2DRspOpcode", "GoState", "RspPre",
-    "M2SReq", "M2SRwD", "S2MNDR", "S2MDRS", "D2HReq", "D2HRsp", "D2HData",
-    "H2DReq", "H2DRsp", "H2DData", "CHANNELS", "REFERENCE_BITS", "Codec",
+    "CHANNELS",
+    "REFERENCE_BITS",
+    "S2MDRS",
+    "S2MNDR",
+    "Codec",
+    "D2HData",
+    "D2HReq",
+    "D2HReqOpcode",
+    "D2HRsp",
+    "D2HRspOpcode",
+    "DRSOpcode",
+    "DevLoad",
+    "GoState",
+    "H2DData",
+    "H2DReq",
+    "H2DReqOpcode",
+    "H2DRsp",
+    "H2DRspOpcode",
+    "M2SReq",
+    "M2SReqOpcode",
+    "M2SRwD",
+    "M2SRwDOpcode",
+    "MetaField",
+    "MetaValue",
+    "NDROpcode",
+    "RspPre",
+    "SnpType",
 ]
 
 LINE_BITS = 512
