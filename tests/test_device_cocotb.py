@@ -21,8 +21,7 @@ import pytest
 from hw.config import load_config
 from sim import runner
 
-from .conftest import configs, require_simulator, simulators
-from .conftest import seed as env_seed
+from .conftest import configs, env_seed, require_simulator, simulators
 
 CONFIGS = configs(("default", "small", "odd"))   # CONFIG=<preset or .toml> restricts
 

@@ -22,21 +22,10 @@ from hw.engine import descriptor as d
 from hw.engine.descriptor import DescKind, PoolMode, Status
 from sim import embedding as emb
 
-from .conftest import seed as env_seed
-
 F32 = np.float32
 BF16 = emb.BF16
 U = 2.0 ** -24          # half an ulp of 1.0 in fp32
 
-
-@pytest.fixture
-def seed(request) -> int:
-    value = env_seed()
-    if value is None:
-        value = random.randrange(1 << 32)
-    print(f"SEED={value}")
-    request.node.user_properties.append(("seed", value))
-    return value
 
 
 def bits(a) -> np.ndarray:

@@ -16,8 +16,7 @@ from hw.config import load_config
 from sim import runner
 from tb.designs.axi_loop import AxiLoop
 
-from .conftest import require_simulator, simulators
-from .conftest import seed as env_seed
+from .conftest import env_seed, require_simulator, simulators
 
 #: Operations per traffic phase; Icarus runs fewer (about 1.5x slower per cycle).
 OPS = {"verilator": 1500, "icarus": 600}

