@@ -1,30 +1,26 @@
 """Pipelined binary32 adder."""
 
-from amaranth.hdl import C, Cat, Module, Mux
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import C, Cat, Mux
 
 from .fp32 import (
     FRAC_BITS,
     INF,
-    OPERANDS,
     QNAN,
     add,
     at_least,
-    check_stages,
     lzc,
-    pipeline,
     shift_left,
     shift_right_sticky,
     signal,
     sub,
     unpack,
 )
+from .pipelined import PipelinedBinaryOp
 
 __all__ = ["FpAdd"]
 
 
-class FpAdd(wiring.Component):
+class FpAdd(PipelinedBinaryOp):
     """``a + b`` in binary32, one result per cycle.
 
     Latency is ``stages`` cycles from an accepted operand pair to its result, and the
@@ -60,32 +56,10 @@ class FpAdd(wiring.Component):
 
     #: Relative logic depth of each datapath step, for placing the register stages.
     WEIGHTS = (2, 2, 2, 3, 2)
-
-    i_operands: In(stream.Signature(OPERANDS))
-    o_result: Out(stream.Signature(32))
+    STEPS = ('_classify', '_align', '_add', '_normalize', '_round',)
 
     def __init__(self, *, stages: int = 3):
-        self._stages = check_stages(stages, self.WEIGHTS)
-        super().__init__()
-
-    @property
-    def stages(self) -> int:
-        return self._stages
-
-    @property
-    def latency(self) -> int:
-        """Cycles from an accepted operand pair to its result."""
-        return self._stages
-
-    #: Cycles between results of a back-to-back stream.
-    interval = 1
-
-    def elaborate(self, platform):
-        m = Module()
-        pipeline(m, i=self.i_operands, o=self.o_result, weights=self.WEIGHTS,
-                 stages=self._stages,
-                 steps=[self._classify, self._align, self._add, self._normalize, self._round])
-        return m
+        super().__init__(stages=stages)
 
     @staticmethod
     def _classify(m, v):

@@ -1,15 +1,14 @@
 """Pipelined binary32 maximum (``numpy.maximum``)."""
 
-from amaranth.hdl import Module, Mux
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import Mux
 
-from .fp32 import OPERANDS, QNAN, check_stages, pipeline, unpack
+from .fp32 import QNAN, unpack
+from .pipelined import PipelinedBinaryOp
 
 __all__ = ["FpMax"]
 
 
-class FpMax(wiring.Component):
+class FpMax(PipelinedBinaryOp):
     """``numpy.maximum(a, b)`` in binary32, one result per cycle.
 
     Latency is ``stages`` cycles from an accepted operand pair to its result, and the
@@ -44,31 +43,10 @@ class FpMax(wiring.Component):
     """
 
     WEIGHTS = (2, 1)
-
-    i_operands: In(stream.Signature(OPERANDS))
-    o_result: Out(stream.Signature(32))
+    STEPS = ('_compare', '_select',)
 
     def __init__(self, *, stages: int = 1):
-        self._stages = check_stages(stages, self.WEIGHTS)
-        super().__init__()
-
-    @property
-    def stages(self) -> int:
-        return self._stages
-
-    @property
-    def latency(self) -> int:
-        """Cycles from an accepted operand pair to its result."""
-        return self._stages
-
-    #: Cycles between results of a back-to-back stream.
-    interval = 1
-
-    def elaborate(self, platform):
-        m = Module()
-        pipeline(m, i=self.i_operands, o=self.o_result, weights=self.WEIGHTS,
-                 stages=self._stages, steps=[self._compare, self._select])
-        return m
+        super().__init__(stages=stages)
 
     @staticmethod
     def _key(x):

@@ -1,28 +1,24 @@
 """Pipelined binary32 multiplier."""
 
-from amaranth.hdl import C, Cat, Module, Mux, signed
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import C, Cat, Mux, signed
 
 from .fp32 import (
     BIAS,
     EXP_WIDTH,
     INF,
-    OPERANDS,
     QNAN,
     add,
-    check_stages,
     normalize_operand,
-    pipeline,
     round_pack,
     signal,
     sub,
 )
+from .pipelined import PipelinedBinaryOp
 
 __all__ = ["FpMul"]
 
 
-class FpMul(wiring.Component):
+class FpMul(PipelinedBinaryOp):
     """``a * b`` in binary32, one result per cycle.
 
     Latency is ``stages`` cycles from an accepted operand pair to its result, and the
@@ -58,32 +54,10 @@ class FpMul(wiring.Component):
     """
 
     WEIGHTS = (3, 4, 1, 3)
-
-    i_operands: In(stream.Signature(OPERANDS))
-    o_result: Out(stream.Signature(32))
+    STEPS = ('_normalize', '_multiply', '_align', '_round',)
 
     def __init__(self, *, stages: int = 3):
-        self._stages = check_stages(stages, self.WEIGHTS)
-        super().__init__()
-
-    @property
-    def stages(self) -> int:
-        return self._stages
-
-    @property
-    def latency(self) -> int:
-        """Cycles from an accepted operand pair to its result."""
-        return self._stages
-
-    #: Cycles between results of a back-to-back stream.
-    interval = 1
-
-    def elaborate(self, platform):
-        m = Module()
-        pipeline(m, i=self.i_operands, o=self.o_result, weights=self.WEIGHTS,
-                 stages=self._stages,
-                 steps=[self._normalize, self._multiply, self._align, self._round])
-        return m
+        super().__init__(stages=stages)
 
     @staticmethod
     def _normalize(m, v):
