@@ -56,7 +56,7 @@ def synth(design: str, config_name: str, *, device: str = "85k") -> dict:
         result["error"] = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
         return result
     data = json.loads(report.read_text())
-    util = data.get("utilisation", {})
+    util = data.get("utilization", {})
     result["resources"] = {k: v.get("used") for k, v in util.items() if v.get("used")}
     result["fmax_mhz"] = {k: round(v.get("achieved", 0.0), 1)
                           for k, v in data.get("fmax", {}).items()}
