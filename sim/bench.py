@@ -40,7 +40,7 @@ def bench_mem_endpoint(config_name: str, sim: str, seed: int | None) -> dict:
         if not toolenv.have_simulator(s):
             print(f"  {s} not installed: no sim_cycles_per_second for it")
             continue
-        n = 3000 if s == "verilator" else 1000
+        n = 6000 if s == "verilator" else 2000
         speed[s] = _measure("bench_sim_speed", config, s, {"n_txn": n}, seed)
     result = {
         "benchmark": "mem_endpoint",
