@@ -17,7 +17,7 @@ from hw.gen import DESIGNS, emit
 from . import toolenv
 from .runner import BUILD
 
-__all__ = ["WAIVERS", "lint", "lint_arith", "lint_file", "main"]
+__all__ = ["WAIVERS", "lint", "lint_block", "lint_file", "main", "standalone_blocks"]
 
 #: Warnings Amaranth's Verilog produces by construction (TOOLCHAIN.md).
 WAIVERS = ["-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME", "-Wno-CASEINCOMPLETE"]
@@ -30,17 +30,31 @@ def lint(design: str, config_name: str) -> tuple[bool, str]:
     return lint_file(path, top)
 
 
-def lint_arith(unit: str) -> tuple[bool, str]:
-    """Lint one IEEE-754 unit in its default configuration."""
+def standalone_blocks() -> dict:
+    """Blocks not yet inside the device top, with representative parameters:
+    name -> zero-argument factory."""
+    from hw.arith import UNITS
+    from hw.bus.axi_arbiter import AxiArbiter
+    from hw.engine.pool_reduce import PoolReduce
+    from hw.engine.row_gather import RowGather
+
+    blocks = dict(UNITS)
+    blocks["pool_reduce"] = PoolReduce
+    blocks["row_gather"] = lambda: RowGather(addr_width=30, id_width=8)
+    blocks["axi_arbiter"] = lambda: AxiArbiter(addr_width=30, data_width=512, id_width=8,
+                                               priorities=(0, 0, 1))
+    return blocks
+
+
+def lint_block(name: str, factory) -> tuple[bool, str]:
+    """Lint one standalone block built by ``factory()``."""
     from amaranth.back import verilog
 
-    from hw.arith import UNITS
-
-    top = f"tcxl_{unit}"
-    out = BUILD / "lint" / "arith"
+    top = f"tcxl_{name}"
+    out = BUILD / "lint" / "blocks"
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{top}.v"
-    path.write_text(verilog.convert(UNITS[unit](), name=top, emit_src=False))
+    path.write_text(verilog.convert(factory(), name=top, emit_src=False))
     return lint_file(path, top)
 
 
@@ -59,11 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", action="append", help="preset or TOML path (repeatable)")
     args = parser.parse_args(argv)
     configs = args.config or preset_names()
-    from hw.arith import UNITS
-
     jobs = [(f"{design} ({Path(str(config)).stem})", lint, (design, config))
             for config in configs for design in DESIGNS]
-    jobs += [(f"{unit} (arith default)", lint_arith, (unit,)) for unit in UNITS]
+    jobs += [(f"{name} (standalone block)", lint_block, (name, factory))
+             for name, factory in standalone_blocks().items()]
     failures = 0
     for label, fn, args_ in jobs:
         clean, output = fn(*args_)
