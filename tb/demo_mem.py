@@ -67,7 +67,8 @@ async def demo(dut):
                         peak_lines_per_cycle=1.0, channels=2, jitter=p.get("pmem_jitter", 16))
     tb = DeviceTB(dut, "demo", timing=timing)
     await tb.start()
-    agent, n = tb.agent, int(p.get("lines", 2048))
+    agent = tb.agent
+    n = min(int(p.get("lines", 2048)), agent.window_lines)   # stay inside the HDM window
     report: dict = {"config": tb.config.name, "seed": tb.seed, "phases": []}
 
     report["csr"] = {
