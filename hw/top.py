@@ -17,6 +17,7 @@ from .config import DeviceConfig
 from .csr.bank import CsrBank
 from .cxl.mem_endpoint import MemEndpoint
 from .cxl.messages import S2MDRS, S2MNDR, M2SReq, M2SRwD
+from .widths import zext
 
 __all__ = ["Device"]
 
@@ -80,7 +81,7 @@ class Device(wiring.Component):
         # HDM decoder: byte registers -> line address / line count (Addr[51:6]).
         m.d.comb += [
             endpoint.hdm_base.eq(Cat(regs.hdm_base_lo[6:32], regs.hdm_base_hi[0:20])),
-            endpoint.hdm_size.eq(_zext(Cat(regs.hdm_size_lo[6:32], regs.hdm_size_hi[0:20]),
+            endpoint.hdm_size.eq(zext(Cat(regs.hdm_size_lo[6:32], regs.hdm_size_hi[0:20]),
                                          len(endpoint.hdm_size))),
         ]
 
@@ -100,7 +101,7 @@ class Device(wiring.Component):
         ]
 
         m.d.comb += [
-            regs.status.eq(Cat(_zext(endpoint.o_occupancy, 16), endpoint.o_dev_load)),
+            regs.status.eq(Cat(zext(endpoint.o_occupancy, 16), endpoint.o_dev_load)),
             regs.perf_cycles_inc.eq(1),
             regs.perf_reads_inc.eq(endpoint.o_perf.read),
             regs.perf_writes_inc.eq(endpoint.o_perf.write),
@@ -108,10 +109,3 @@ class Device(wiring.Component):
         ]
         return m
 
-
-def _zext(value, width: int):
-    """``value`` zero-extended (or truncated) to ``width`` bits without a width warning."""
-    value = value.as_value() if hasattr(value, "as_value") else value
-    if len(value) >= width:
-        return value[:width]
-    return Cat(value, Const(0, width - len(value)))

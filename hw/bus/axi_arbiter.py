@@ -12,6 +12,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arith.fp32 import add
+from ..widths import eq_const
 from .axi import AXI4Signature
 
 __all__ = ["AxiArbiter"]
@@ -45,18 +46,9 @@ def _encode(onehot: list[Value], width: int) -> Value:
     return Cat(*[_any([s for i, s in enumerate(onehot) if i >> b & 1]) for b in range(width)])
 
 
-def _eq_const(value: Value, const: int) -> Value:
-    """``value == const`` (``0 <= const < 2**len(value)``) as an AND of single bits, so
-    the generated Verilog compares no constant of mismatched width (Verilator -Wall
-    WIDTHEXPAND: Amaranth emits constants at their minimal width)."""
-    return reduce(lambda a, b: a & b,
-                  [value[b] if const >> b & 1 else ~value[b] for b in range(len(value))],
-                  C(1, 1))
-
-
 def _decode(value: Value, n: int) -> list[Value]:
     """``[value == i for i in range(n)]``."""
-    return [_eq_const(value, i) for i in range(n)]
+    return [eq_const(value, i) for i in range(n)]
 
 
 def _named(m: Module, value: Value, name: str) -> Signal:
@@ -222,7 +214,7 @@ class AxiArbiter(wiring.Component):
         for c in range(1, len(classes)):
             count = Signal(range(self._starvation_limit + 1), name=f"{name}_wait{c}")
             counters.append(count)
-            starving.append(_named(m, _eq_const(count, self._starvation_limit) & any_req[c],
+            starving.append(_named(m, eq_const(count, self._starvation_limit) & any_req[c],
                                    f"{name}_starving{c}"))
         any_starving = _named(m, _any(starving), f"{name}_any_starving")
         by_starving = list(reversed(_lowest(list(reversed(starving)))))

@@ -15,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..bus.axi import AXI4Signature, AxiBurst, AxiResp
 from ..config import LINE_BITS, DeviceConfig
+from ..widths import eq_const, lt_const
 from .messages import (
     S2MDRS,
     S2MNDR,
@@ -94,31 +95,6 @@ def dev_load_thresholds(max_tags: int) -> tuple[int, int, int]:
     idle device is Light and a busy one SevereOverload).
     """
     return tuple((k * max_tags + 3) // 4 for k in (1, 2, 3))
-
-
-# Comparisons with constants. Amaranth emits a constant at its minimal width, which
-# Verilator -Wall reports as WIDTHEXPAND; comparing only the constant's own bits (and
-# testing the bits above it for zero) gives the same logic with matched widths.
-def _eq_const(value, const: int):
-    """``value == const`` with operands of equal width in the generated Verilog."""
-    width = const.bit_length()
-    if width > len(value):
-        return C(0, 1)
-    if width == 0:
-        return ~value.any()
-    high_zero = ~value[width:].any() if width < len(value) else C(1, 1)
-    return high_zero & (value[:width] == const)
-
-
-def _lt_const(value, const: int):
-    """``value < const`` with operands of equal width in the generated Verilog."""
-    width = const.bit_length()
-    if width > len(value):
-        return C(1, 1)
-    if width == 0:
-        return C(0, 1)
-    high_zero = ~value[width:].any() if width < len(value) else C(1, 1)
-    return high_zero & (value[:width] < const)
 
 
 def _xor_fold(value, width: int):
@@ -273,7 +249,7 @@ class MemEndpoint(wiring.Component):
                 # that bit to 0, Yosys then keeps both comparison operands equally wide.
                 in_range.eq(~offset[46] &
                             (self.hdm_size[46] | (offset[:46] < self.hdm_size[:46])) &
-                            _lt_const(offset, cfg.pmem_lines)),
+                            lt_const(offset, cfg.pmem_lines)),
             ]
             dev_line = offset[:line_width]
             bucket = Signal(bucket_width, name=f"{name}_bucket")
@@ -282,15 +258,15 @@ class MemEndpoint(wiring.Component):
 
         def ndr_for_meta(meta_value):
             # The NDR grants the cache state the host asked for with MetaValue.
-            return Mux(_eq_const(meta_value, MetaValue.Shared.value), NDROpcode.CmpS.value,
-                       Mux(_eq_const(meta_value, MetaValue.Any.value), NDROpcode.CmpE.value,
+            return Mux(eq_const(meta_value, MetaValue.Shared.value), NDROpcode.CmpS.value,
+                       Mux(eq_const(meta_value, MetaValue.Any.value), NDROpcode.CmpE.value,
                            NDROpcode.Cmp.value))
 
         # M2S Req classification.
         r_op = req.p.opcode
         r_line = req.p.address[1:]
         r_in, r_dev_line, r_bucket = decode(r_line, "req")
-        r_is = {op: _eq_const(r_op, op.value) for op in M2SReqOpcode}
+        r_is = {op: eq_const(r_op, op.value) for op in M2SReqOpcode}
         r_is_rd = r_is[M2SReqOpcode.MemRd] | r_is[M2SReqOpcode.MemRdData]
         r_is_inv = r_is[M2SReqOpcode.MemInv] | r_is[M2SReqOpcode.MemInvNT]
         r_is_evct = r_is[M2SReqOpcode.MemClnEvct]
@@ -314,7 +290,7 @@ class MemEndpoint(wiring.Component):
         # M2S RwD classification.
         w_op = rwd.p.opcode
         w_in, w_dev_line, w_bucket = decode(rwd.p.address, "rwd")
-        w_is = {op: _eq_const(w_op, op.value) for op in M2SRwDOpcode}
+        w_is = {op: eq_const(w_op, op.value) for op in M2SRwDOpcode}
         w_is_ptl = w_is[M2SRwDOpcode.MemWrPtl]
         w_is_wr = w_is[M2SRwDOpcode.MemWr] | w_is_ptl
         w_is_rsvd = ~reduce(lambda a, b: a | b, w_is.values())
@@ -350,7 +326,7 @@ class MemEndpoint(wiring.Component):
         fresh = Signal(range(n_slots + 1))
         m.submodules.free_list = free_list = SyncFIFOBuffered(width=slot_width,
                                                               depth=max(n_slots, 3))
-        have_fresh = ~_eq_const(fresh, n_slots)
+        have_fresh = ~eq_const(fresh, n_slots)
         slot_avail = have_fresh | free_list.r_rdy
         alloc_slot = Mux(have_fresh, fresh[:slot_width], free_list.r_data)
 
@@ -522,7 +498,7 @@ class MemEndpoint(wiring.Component):
                 m.d.sync += last.eq(Mux(g_r, 0, Mux(g_b, 1, 2)))
 
         slot = slot_rd.data
-        s1_bad_resp = ~_eq_const(s1_resp, AxiResp.OKAY)
+        s1_bad_resp = ~eq_const(s1_resp, AxiResp.OKAY)
         dev_load = Signal(2)
         s1_echoed = {name: Mux(s1_is_imm, s1_imm[name], slot[name]) for name in _ECHOED}
         with m.If(s1_advance):
@@ -554,8 +530,8 @@ class MemEndpoint(wiring.Component):
         for i in range(n_buckets):
             for count, inc, inc_bucket, dec in ((rd_count[i], acc_rd, r_bucket, dec_rd),
                                                  (wr_count[i], acc_wr, w_bucket, dec_wr)):
-                up = inc & _eq_const(inc_bucket, i)
-                down = dec & _eq_const(slot.bucket, i)
+                up = inc & eq_const(inc_bucket, i)
+                down = dec & eq_const(slot.bucket, i)
                 with m.If(up & ~down):
                     m.d.sync += count.eq(count + 1)
                 with m.Elif(down & ~up):
@@ -569,9 +545,9 @@ class MemEndpoint(wiring.Component):
             m.d.sync += occupancy.eq(occupancy - 1)
         t1, t2, t3 = dev_load_thresholds(n_slots)
         m.d.comb += [
-            dev_load.eq(Mux(_lt_const(occupancy, t1), 0b00,
-                            Mux(_lt_const(occupancy, t2), 0b01,
-                                Mux(_lt_const(occupancy, t3), 0b10, 0b11)))),
+            dev_load.eq(Mux(lt_const(occupancy, t1), 0b00,
+                            Mux(lt_const(occupancy, t2), 0b01,
+                                Mux(lt_const(occupancy, t3), 0b10, 0b11)))),
             self.o_dev_load.eq(dev_load),
             self.o_perf.busy.eq(occupancy.any() | imm_fifo.level.any() | s1_valid |
                                 ndr.valid | drs.valid),

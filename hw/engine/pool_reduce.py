@@ -1,7 +1,7 @@
 """The arithmetic of the LOOKUP gather-reduce: P partial accumulators per bag, their
 left-to-right combination, mean division and bf16 rounding."""
 
-from amaranth.hdl import C, Cat, Module, Mux, Signal, Value
+from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -10,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 from hw.arith import Fp32ToBf16, FpAdd, FpDiv, FpMax, FpMul
 from hw.arith.fp32 import add, at_least, lzc, shift_left, sub
 
+from ..widths import eq_const
 from .descriptor import PoolMode
 
 __all__ = ["CTRL", "LINE", "POOLED", "PoolReduce"]
@@ -46,19 +47,6 @@ POOLED = data.StructLayout({
 })
 
 _FP32_ONE = 0x3F80_0000
-
-
-def _equals(x, k: int):
-    """``x == k`` for a constant ``k >= 0``, with operands of equal width (lint clean:
-    Amaranth strips a constant to its minimal width)."""
-    x = Value.cast(x)
-    bits = k.bit_length()
-    if bits == 0:
-        return ~x.any()
-    if bits > len(x):
-        return C(0, 1)
-    low = x[:bits] == k
-    return low & ~x[bits:].any() if len(x) > bits else low
 
 
 class PoolReduce(wiring.Component):
@@ -283,9 +271,9 @@ class PoolReduce(wiring.Component):
         b_data = Signal(width, reset_less=True)
         m.d.sync += [a_data.eq(reads[0].data), b_data.eq(reads[0].data)]
         for p in range(1, parts):
-            with m.If(_equals(rd.a_mem, p)):
+            with m.If(eq_const(rd.a_mem, p)):
                 m.d.sync += a_data.eq(reads[p].data)
-            with m.If(_equals(rd.b_mem, p)):
+            with m.If(eq_const(rd.b_mem, p)):
                 m.d.sync += b_data.eq(reads[p].data)
 
         opd = ops[operand_at]
@@ -320,7 +308,7 @@ class PoolReduce(wiring.Component):
             m.d.comb += [
                 wp.addr.eq(res.addr),
                 wp.data.eq(results),
-                wp.en.eq(res.valid & res.write & _equals(res.w_mem, p)),
+                wp.en.eq(res.valid & res.write & eq_const(res.w_mem, p)),
             ]
 
         # --- output side: FIFO (space reserved at issue), dividers, bf16, packer
@@ -360,7 +348,7 @@ class PoolReduce(wiring.Component):
         beat = Signal(beat_bits + 1)                     # 0 .. S-1
         part = Signal(mem_bits)                          # row_k mod P
         # Partial of the next row: counted along the rows (row_k = 0, 1, 2, ...).
-        next_part = Mux(_equals(part, parts - 1), 0, add(part, 1, mem_bits)) if parts > 1 else 0
+        next_part = Mux(eq_const(part, parts - 1), 0, add(part, 1, mem_bits)) if parts > 1 else 0
 
         # The bag being combined.
         combining = Signal()
@@ -375,8 +363,8 @@ class PoolReduce(wiring.Component):
         round_ = Signal(mem_bits)
         addr = Signal(addr_bits)
 
-        is_max = _equals(ctrl.mode, PoolMode.MAX.value)
-        beat_last = Mux(ctrl.bf16, _equals(beat, 2 * beats - 1), _equals(beat, beats - 1))
+        is_max = eq_const(ctrl.mode, PoolMode.MAX.value)
+        beat_last = Mux(ctrl.bf16, eq_const(beat, 2 * beats - 1), eq_const(beat, beats - 1))
         row_done = add(cur.line, 1, 9) == ctrl.lines_per_row
         bag_done = cur.last_row & row_done & beat_last
         fresh = ~at_least(cur.row_k, parts)
@@ -468,7 +456,7 @@ class PoolReduce(wiring.Component):
         with m.If(take_empty | (~combining & issue)):
             m.d.sync += [
                 bag_max.eq(is_max),
-                bag_mean.eq(_equals(ctrl.mode, PoolMode.MEAN.value)),
+                bag_mean.eq(eq_const(ctrl.mode, PoolMode.MEAN.value)),
                 bag_bf16.eq(ctrl.bf16),
                 bag_empty.eq(cur.empty_bag),
                 bag_multi.eq(multi & ~cur.empty_bag),
@@ -582,7 +570,7 @@ class PoolReduce(wiring.Component):
         out_line = Signal(8)
         merged = Signal(LINE_BITS)
         for c in range(2 * beats):
-            here = Mux(beat.bf16, _equals(pos, c), _equals(pos, c // 2))
+            here = Mux(beat.bf16, eq_const(pos, c), eq_const(pos, c // 2))
             value = Mux(beat.bf16, narrow, beat.data[chunk * (c % 2):chunk * (c % 2 + 1)])
             m.d.comb += merged[chunk * c:chunk * (c + 1)].eq(
                 Mux(here, value, buf[chunk * c:chunk * (c + 1)]))

@@ -1,0 +1,444 @@
+"""The arithmetic and memory core of UPDATE: gradient lines applied to table rows in
+PMEM, repeated rows coalesced in an on-chip row cache."""
+
+from amaranth.hdl import C, Cat, Module, Mux, Signal
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.arith import Fp32ToBf16, FpAdd, FpMul
+from hw.arith.fp32 import add, at_least, sub
+from hw.bus.axi import AXI4Signature, AxiBurst
+
+__all__ = ["DONE", "ITEM", "ScatterUpdate", "ctrl_layout"]
+
+#: Bits of a table / gradient line.
+LINE_BITS = 512
+#: fp32 elements of a line.
+LINE_ELEMS = LINE_BITS // 32
+#: AXI ``size`` of a 64-byte beat.
+_SIZE_LINE = 6
+#: Width of ``dim`` in ``i_ctrl`` (1..4096).
+DIM_BITS = 13
+
+#: One gradient line of one counted index (see :class:`ScatterUpdate` for bf16 tables).
+ITEM = data.StructLayout({
+    "row": 32,          # table row (already validated: < rows)
+    "line": 7,          # gradient line: table line for fp32, 2*table line + half for bf16
+    "weight": 32,       # fp32 per-sample weight, used when ``weighted``
+    "grad": LINE_BITS,  # 16 fp32 gradient elements
+    "last": 1,          # final item of the descriptor: flush and complete
+})
+
+#: Completion of one descriptor.
+DONE = data.StructLayout({"rows_written": 32, "updates": 32})
+
+
+def ctrl_layout(addr_width: int) -> data.StructLayout:
+    """Per-descriptor settings (``i_ctrl``)."""
+    return data.StructLayout({
+        "table_base": addr_width,   # byte address of row 0, 64-byte aligned
+        "lines_per_row": 7,         # table lines per row, 1..max_lines_per_row
+        "bf16": 1,                  # table elements are bf16 (else fp32)
+        "weighted": 1,              # multiply the gradient by the item's weight
+        "dim": DIM_BITS,            # elements per row: later (padding) elements are kept
+    })
+
+
+class _State(enum.Enum, shape=5):
+    """Controller states (a Switch, not ``m.FSM``, whose state comparisons are not
+    lint clean past 16 states)."""
+    CLEAR = 0
+    IDLE = 1
+    TAG = 2
+    WB_READ = 3
+    WB_LOAD = 4
+    WB_SEND = 5
+    WB_WAIT = 6
+    FILL = 7
+    C_READ = 8
+    C_LOAD = 9
+    C_MUL = 10
+    C_MUL_WAIT = 11
+    C_ADD = 12
+    C_ADD_WAIT = 13
+    C_RND = 14
+    C_RND_WAIT = 15
+    C_WRITE = 16
+    F_READ = 17
+    F_CHECK = 18
+    F_NEXT = 19
+    DONE = 20
+
+
+def _check_int(name, value, lo, hi):
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer from {lo} to {hi}, not {value!r}")
+    return value
+
+
+class ScatterUpdate(wiring.Component):
+    """Applies UPDATE items to the table in PMEM, coalescing repeated rows on chip.
+
+    For every item, in arrival order, the block computes for each of the 16 elements of
+    the gradient line ``row = store(fl32(widen(row) + fl32(w * g)))`` (the multiply only
+    when ``weighted``; ``store`` is the identity for fp32 and RNE rounding to bf16 for
+    bf16 tables, applied after **every** update), which is the contract of
+    ``docs/embedding.md`` ("Update (scatter)") when items arrive in contract order: per
+    bag in order, per counted index in index order, the row's lines in order. Elements
+    at or past ``dim`` (row padding) keep their old bits. NaN results are the canonical
+    quiet NaN (``docs/numerics.md``); the units are :class:`~hw.arith.FpMul`,
+    :class:`~hw.arith.FpAdd` and :class:`~hw.arith.Fp32ToBf16`, 16 lanes each.
+
+    **Gradients of bf16 tables.** A bf16 table line holds 32 elements, two fp32 gradient
+    lines' worth, so a bf16 row takes ``2 * lines_per_row`` items per counted index:
+    item ``line = 2j + h`` carries gradient elements ``32j + 16h .. 32j + 16h + 15``
+    (gradient line ``2j + h`` of the fp32 gradient vector, zero past its end) and
+    updates half ``h`` of table line ``j``. For fp32 tables item ``line = j`` updates
+    table line ``j``. In both cases item ``line`` carries gradient elements ``16*line ..
+    16*line + 15``.
+
+    **Coalescing.** A direct-mapped cache of ``cache_rows`` whole rows (data in one
+    :class:`~amaranth.lib.memory.Memory` of ``cache_rows * 2**ceil(log2
+    max_lines_per_row)`` lines, synchronous read; tags ``{row, valid}`` in a second
+    memory). Row ``r`` lives in slot ``r mod cache_rows``. An item whose row is not
+    cached evicts the slot's row, if any (written back line by line, then every B
+    awaited), then reads its row from PMEM (one single-beat burst per line, so no burst
+    crosses a 4 KiB boundary, same ID, so beats return in order). Later items of a
+    cached row update the cached copy in order, which is the contract's sequential
+    semantics. At ``last`` every cached row is written back, every B awaited, the cache
+    invalidated, and ``o_done`` reports ``rows_written`` (write-backs: row misses) and
+    ``updates`` (items with ``line == 0``: counted indices). A row is therefore written
+    once per descriptor unless another row of the same slot evicted it in between.
+    Read-after-write hazard: no read is issued while a write-back is unacknowledged,
+    so a re-read sees the durable write-back (``docs/pmem-model.md``: durable at B).
+
+    **Latency, throughput, reset.** Items are processed one at a time by a sequential
+    controller: a cache hit takes 13 cycles per item with ``weighted`` (9 without; bf16
+    tables +2 for the rounding), i.e. about 1/13 gradient line per cycle. A miss adds the row
+    read (``lines_per_row`` ARs, then PMEM latency) and, when the slot was occupied,
+    the write-back of ``lines_per_row`` lines (3 cycles per line plus backpressure) and
+    its B latency. After reset the tag memory is cleared for ``cache_rows`` cycles
+    (``i_items.ready`` low); reset drops the descriptor in progress (its cached rows
+    are not written). AXI error responses are not checked.
+
+    **Streams.** ``i_items.ready`` is high only when the block is waiting for an item;
+    ``i_ctrl`` is sampled with every ``i_items`` transfer (the flush at ``last`` uses the
+    copy taken with that item). ``o_done`` is a register that holds until the transfer.
+    All AXI valids and payloads come from registers.
+
+    **Requirements on the input.** ``1 <= lines_per_row <= max_lines_per_row``, ``dim``
+    consistent with it, ``row`` in range, items of a counted index contiguous and in
+    line order, and at least one item per descriptor (a descriptor with no counted
+    index does not involve this block).
+
+    Parameters
+    ----------
+    addr_width : int
+        PMEM byte-address width, 12 to 64.
+    id_width : int
+        AXI ID width, 1 to 16 (the block uses ID 0).
+    cache_rows : int
+        Rows held on chip, a power of two from 2 to 256 (default 32).
+    max_lines_per_row : int
+        Largest ``lines_per_row``, 1 to 64 (default 16).
+
+    Members
+    -------
+    i_ctrl : ``In(ctrl_layout(addr_width))``
+        ``table_base``, ``lines_per_row``, ``bf16``, ``weighted``, ``dim``.
+    i_items : ``In(stream.Signature(ITEM))``
+        ``row``, ``line``, ``weight``, ``grad``, ``last``.
+    pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
+    o_done : ``Out(stream.Signature(DONE))``
+
+    Raises
+    ------
+    ValueError
+        A parameter out of range, naming it and its value.
+    """
+
+    def __init__(self, *, addr_width: int, id_width: int, cache_rows: int = 32,
+                 max_lines_per_row: int = 16):
+        self._addr_width = _check_int("addr_width", addr_width, 12, 64)
+        self._id_width = _check_int("id_width", id_width, 1, 16)
+        _check_int("cache_rows", cache_rows, 2, 256)
+        if cache_rows & (cache_rows - 1):
+            raise ValueError(f"cache_rows must be a power of two, not {cache_rows}")
+        self._cache_rows = cache_rows
+        self._max_lines_per_row = _check_int("max_lines_per_row", max_lines_per_row, 1, 64)
+        super().__init__({
+            "i_ctrl": In(ctrl_layout(addr_width)),
+            "i_items": In(stream.Signature(ITEM)),
+            "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
+                                      id_width=id_width)),
+            "o_done": Out(stream.Signature(DONE)),
+        })
+
+    addr_width = property(lambda self: self._addr_width)
+    id_width = property(lambda self: self._id_width)
+    cache_rows = property(lambda self: self._cache_rows)
+    max_lines_per_row = property(lambda self: self._max_lines_per_row)
+
+    def elaborate(self, platform):
+        m = Module()
+        aw = self._addr_width
+        slot_bits = (self._cache_rows - 1).bit_length()
+        line_bits = (self._max_lines_per_row - 1).bit_length()
+        i, axi, done = self.i_items, self.pmem, self.o_done
+
+        m.submodules.data = data_mem = Memory(
+            shape=LINE_BITS, depth=self._cache_rows << line_bits, init=[])
+        rd = data_mem.read_port(transparent_for=())
+        wr = data_mem.write_port()
+        tag_layout = data.StructLayout({"row": 32, "valid": 1})
+        m.submodules.tags = tag_mem = Memory(shape=tag_layout, depth=self._cache_rows,
+                                             init=[])
+        tag_rd = tag_mem.read_port(transparent_for=())
+        tag_wr = tag_mem.write_port()
+
+        muls = [FpMul() for _ in range(LINE_ELEMS)]
+        adds = [FpAdd() for _ in range(LINE_ELEMS)]
+        rnds = [Fp32ToBf16() for _ in range(LINE_ELEMS)]
+        for k in range(LINE_ELEMS):
+            m.submodules[f"mul{k}"] = muls[k]
+            m.submodules[f"add{k}"] = adds[k]
+            m.submodules[f"rnd{k}"] = rnds[k]
+
+        # --- registered state
+        cur = Signal(ITEM, reset_less=True)
+        ctrl = Signal(ctrl_layout(aw), reset_less=True)
+        slot = Signal(slot_bits)            # the item's slot; the scan pointer in flush
+        addr_row = Signal(32, reset_less=True)   # row being written back or read
+        flushing = Signal()
+        cnt = Signal(7)                     # write-back line / AR count
+        r_cnt = Signal(7)                   # R beats received
+        b_cnt = Signal(7)                   # B responses received
+        aw_pend = Signal()
+        w_pend = Signal()
+        w_data = Signal(LINE_BITS, reset_less=True)
+        old = Signal(LINE_BITS, reset_less=True)    # the cached line being updated
+        step = Signal(LINE_BITS, reset_less=True)   # fl32(w * g) per lane
+        total = Signal(LINE_BITS, reset_less=True)  # the fp32 sums
+        narrow = Signal(LINE_BITS // 2, reset_less=True)   # the sums rounded to bf16
+        rows_written = Signal(32)
+        updates = Signal(32)
+
+        lpr = ctrl.lines_per_row
+        tline = Mux(ctrl.bf16, cur.line[1:], cur.line[:6])
+        half = cur.line[0]
+
+        # --- addresses: table_base + (addr_row * lines_per_row + line) * 64
+        lpr32 = Signal(32)
+        m.d.comb += lpr32.eq(lpr)
+        row_line = Signal(64)
+        m.d.comb += row_line.eq(addr_row * lpr32)
+        row_addr = Signal(aw)
+        m.d.comb += row_addr.eq(add(ctrl.table_base, Cat(C(0, 6), row_line), aw))
+        m.d.comb += [
+            axi.awaddr.eq(add(row_addr, Cat(C(0, 6), cnt), aw)),
+            axi.araddr.eq(add(row_addr, Cat(C(0, 6), cnt), aw)),
+        ]
+        for p in ("aw", "ar"):
+            m.d.comb += [
+                getattr(axi, f"{p}size").eq(_SIZE_LINE),
+                getattr(axi, f"{p}burst").eq(AxiBurst.INCR),
+            ]
+        m.d.comb += [
+            axi.awvalid.eq(aw_pend),
+            axi.wvalid.eq(w_pend),
+            axi.wdata.eq(w_data),
+            axi.wstrb.eq((1 << (LINE_BITS // 8)) - 1),
+            axi.wlast.eq(1),
+            axi.bready.eq(1),
+        ]
+        with m.If(axi.bvalid):
+            m.d.sync += b_cnt.eq(add(b_cnt, 1, 7))
+
+        # --- element mask: lane e is a table element iff 16 * line + e < dim
+        remaining = sub(ctrl.dim, Cat(C(0, 4), cur.line), DIM_BITS + 1)
+        live = [~remaining[DIM_BITS] & at_least(remaining[:DIM_BITS], e + 1)
+                for e in range(LINE_ELEMS)]
+
+        # --- arithmetic operands and the merged result line
+        merged_fp32 = []
+        merged_bf16 = [old[16 * k:16 * k + 16] for k in range(2 * LINE_ELEMS)]
+        for e in range(LINE_ELEMS):
+            lane = slice(32 * e, 32 * e + 32)
+            old_bf16 = Mux(half, old[256 + 16 * e:256 + 16 * e + 16], old[16 * e:16 * e + 16])
+            widened = Mux(ctrl.bf16, Cat(C(0, 16), old_bf16), old[lane])
+            m.d.comb += [
+                muls[e].i_operands.p.a.eq(cur.weight),
+                muls[e].i_operands.p.b.eq(cur.grad[lane]),
+                adds[e].i_operands.p.a.eq(widened),
+                adds[e].i_operands.p.b.eq(step[lane]),
+                rnds[e].i_operands.p.a.eq(total[lane]),
+                muls[e].o_result.ready.eq(1),
+                adds[e].o_result.ready.eq(1),
+                rnds[e].o_result.ready.eq(1),
+            ]
+            merged_fp32.append(Mux(live[e], total[lane], old[lane]))
+            new = narrow[16 * e:16 * e + 16]
+            for h in range(2):
+                k = 16 * h + e
+                merged_bf16[k] = Mux(live[e] & (half if h else ~half), new, merged_bf16[k])
+        merged = Mux(ctrl.bf16, Cat(*merged_bf16), Cat(*merged_fp32))
+
+        m.d.comb += [
+            rd.addr.eq(Cat(tline[:line_bits], slot)),
+            tag_rd.addr.eq(slot),
+            wr.addr.eq(Cat(tline[:line_bits], slot)),
+            wr.data.eq(merged),
+            tag_wr.addr.eq(slot),
+        ]
+
+        state = Signal(_State, init=_State.CLEAR)
+
+        def start_writeback(m, row):
+            m.d.sync += [addr_row.eq(row), cnt.eq(0), b_cnt.eq(0)]
+            m.d.sync += state.eq(_State.WB_READ)
+
+        def start_fill(m):
+            m.d.sync += [addr_row.eq(cur.row), cnt.eq(0), r_cnt.eq(0)]
+            m.d.sync += state.eq(_State.FILL)
+
+        with m.Switch(state):
+            with m.Case(_State.CLEAR):
+                # Invalidate every tag after reset (memories keep their content).
+                m.d.comb += [tag_wr.en.eq(1), tag_wr.data.eq(0)]
+                m.d.sync += slot.eq(add(slot, 1, slot_bits))
+                with m.If(slot.all()):
+                    m.d.sync += state.eq(_State.IDLE)
+
+            with m.Case(_State.IDLE):
+                m.d.comb += [i.ready.eq(1), tag_rd.addr.eq(i.p.row[:slot_bits])]
+                with m.If(i.valid):
+                    m.d.sync += [cur.eq(i.p), ctrl.eq(self.i_ctrl),
+                                 slot.eq(i.p.row[:slot_bits])]
+                    with m.If(~i.p.line.any()):
+                        m.d.sync += updates.eq(add(updates, 1, 32))
+                    m.d.sync += state.eq(_State.TAG)
+
+            with m.Case(_State.TAG):
+                tag = data.View(tag_layout, tag_rd.data)
+                with m.If(tag.valid & (tag.row == cur.row)):
+                    m.d.sync += state.eq(_State.C_READ)
+                with m.Elif(tag.valid):
+                    start_writeback(m, tag.row)
+                with m.Else():
+                    start_fill(m)
+
+            # --- write-back of the row in ``slot`` (``addr_row``), one line per burst
+            with m.Case(_State.WB_READ):
+                m.d.comb += rd.addr.eq(Cat(cnt[:line_bits], slot))
+                m.d.sync += state.eq(_State.WB_LOAD)
+            with m.Case(_State.WB_LOAD):
+                m.d.sync += [w_data.eq(rd.data), aw_pend.eq(1), w_pend.eq(1)]
+                m.d.sync += state.eq(_State.WB_SEND)
+            with m.Case(_State.WB_SEND):
+                with m.If(axi.awready):
+                    m.d.sync += aw_pend.eq(0)
+                with m.If(axi.wready):
+                    m.d.sync += w_pend.eq(0)
+                with m.If((~aw_pend | axi.awready) & (~w_pend | axi.wready)):
+                    m.d.sync += cnt.eq(add(cnt, 1, 7))
+                    with m.If(add(cnt, 1, 7) == lpr):
+                        m.d.sync += state.eq(_State.WB_WAIT)
+                    with m.Else():
+                        m.d.sync += state.eq(_State.WB_READ)
+            with m.Case(_State.WB_WAIT):  # noqa: SIM117 (an HDL case, not a context pair)
+                # Every B before anything else: a later read of this row sees it.
+                with m.If(b_cnt == lpr):
+                    m.d.sync += rows_written.eq(add(rows_written, 1, 32))
+                    with m.If(flushing):
+                        m.d.sync += state.eq(_State.F_NEXT)
+                    with m.Else():
+                        start_fill(m)
+
+            # --- read of ``cur.row`` into ``slot``, one line per burst, in order (ID 0)
+            with m.Case(_State.FILL):
+                m.d.comb += [
+                    axi.arvalid.eq(cnt != lpr),
+                    axi.rready.eq(1),
+                    wr.addr.eq(Cat(r_cnt[:line_bits], slot)),
+                    wr.data.eq(axi.rdata),
+                ]
+                with m.If(axi.arvalid & axi.arready):
+                    m.d.sync += cnt.eq(add(cnt, 1, 7))
+                with m.If(axi.rvalid):
+                    m.d.comb += wr.en.eq(1)
+                    m.d.sync += r_cnt.eq(add(r_cnt, 1, 7))
+                    with m.If(add(r_cnt, 1, 7) == lpr):
+                        m.d.comb += [tag_wr.en.eq(1), tag_wr.data.eq(Cat(cur.row, C(1, 1)))]
+                        m.d.sync += state.eq(_State.C_READ)
+
+            # --- the update of one line
+            with m.Case(_State.C_READ):
+                m.d.sync += state.eq(_State.C_LOAD)
+            with m.Case(_State.C_LOAD):
+                m.d.sync += old.eq(rd.data)
+                with m.If(ctrl.weighted):
+                    m.d.sync += state.eq(_State.C_MUL)
+                with m.Else():
+                    m.d.sync += step.eq(cur.grad)
+                    m.d.sync += state.eq(_State.C_ADD)
+            with m.Case(_State.C_MUL):
+                for u in muls:
+                    m.d.comb += u.i_operands.valid.eq(1)
+                m.d.sync += state.eq(_State.C_MUL_WAIT)
+            with m.Case(_State.C_MUL_WAIT), m.If(muls[0].o_result.valid):
+                m.d.sync += step.eq(Cat(*(u.o_result.payload for u in muls)))
+                m.d.sync += state.eq(_State.C_ADD)
+            with m.Case(_State.C_ADD):
+                for u in adds:
+                    m.d.comb += u.i_operands.valid.eq(1)
+                m.d.sync += state.eq(_State.C_ADD_WAIT)
+            with m.Case(_State.C_ADD_WAIT), m.If(adds[0].o_result.valid):
+                m.d.sync += total.eq(Cat(*(u.o_result.payload for u in adds)))
+                with m.If(ctrl.bf16):
+                    m.d.sync += state.eq(_State.C_RND)
+                with m.Else():
+                    m.d.sync += state.eq(_State.C_WRITE)
+            with m.Case(_State.C_RND):
+                for u in rnds:
+                    m.d.comb += u.i_operands.valid.eq(1)
+                m.d.sync += state.eq(_State.C_RND_WAIT)
+            with m.Case(_State.C_RND_WAIT), m.If(rnds[0].o_result.valid):
+                m.d.sync += narrow.eq(Cat(*(u.o_result.payload for u in rnds)))
+                m.d.sync += state.eq(_State.C_WRITE)
+            with m.Case(_State.C_WRITE):
+                m.d.comb += wr.en.eq(1)
+                with m.If(cur.last):
+                    m.d.sync += [slot.eq(0), flushing.eq(1)]
+                    m.d.sync += state.eq(_State.F_READ)
+                with m.Else():
+                    m.d.sync += state.eq(_State.IDLE)
+
+            # --- flush: write back every cached row, invalidate, complete
+            with m.Case(_State.F_READ):
+                m.d.sync += state.eq(_State.F_CHECK)
+            with m.Case(_State.F_CHECK):
+                tag = data.View(tag_layout, tag_rd.data)
+                with m.If(tag.valid):
+                    m.d.comb += [tag_wr.en.eq(1), tag_wr.data.eq(0)]
+                    start_writeback(m, tag.row)
+                with m.Else():
+                    m.d.sync += state.eq(_State.F_NEXT)
+            with m.Case(_State.F_NEXT):
+                m.d.sync += slot.eq(add(slot, 1, slot_bits))
+                with m.If(slot.all()):
+                    m.d.sync += [
+                        flushing.eq(0),
+                        done.valid.eq(1),
+                        done.p.rows_written.eq(rows_written),
+                        done.p.updates.eq(updates),
+                    ]
+                    m.d.sync += state.eq(_State.DONE)
+                with m.Else():
+                    m.d.sync += state.eq(_State.F_READ)
+            with m.Case(_State.DONE):
+                m.d.sync += [rows_written.eq(0), updates.eq(0)]
+                with m.If(done.ready):
+                    m.d.sync += done.valid.eq(0)
+                    m.d.sync += state.eq(_State.IDLE)
+        return m

@@ -1,0 +1,385 @@
+# amaranth: UnusedElaboratable=no
+"""ScatterUpdate (hw/engine/scatter_update.py): UPDATE items applied to tables in a
+:class:`tb.pmem.PmemModel`, the final PMEM image compared bit for bit with
+``sim.embedding.update``.
+
+Each run feeds several descriptors back to back (different tables, dtypes, weighting and
+``lines_per_row``; the same row numbers in different tables, so a stale cached row would
+show). Bags come from ``sim.embedding.random_bags`` (uniform or Zipf-skewed, so rows
+repeat within and across bags) over more rows than the cache holds, so rows are evicted
+and re-read. Tables, gradients and weights are sprinkled with NaN, inf and subnormal
+encodings; row padding holds random bytes that must survive. PMEM answers with jitter;
+items idle, AXI channels and ``o_done`` are backpressured at random (seeded; the seed is
+printed and ``SEED=<n>`` replays it). ``rows_written`` is checked against a
+direct-mapped cache model and, when no row was evicted, against
+``coalesce_stats(...).distinct_rows``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from amaranth.hdl import ClockDomain, Module
+from amaranth.sim import Simulator
+
+from hw.engine.scatter_update import DONE, ITEM, ScatterUpdate, ctrl_layout
+from sim.embedding import (
+    BF16,
+    FP32,
+    LINE_BYTES,
+    bags,
+    coalesce_stats,
+    lines_per_row,
+    pack_rows,
+    random_bags,
+    unpack_rows,
+    update,
+)
+from tb.pmem import PmemModel, PmemTiming
+
+from .conftest import assert_lints_clean
+
+PMEM_SIZE = 1 << 20
+ADDR_WIDTH = 20
+QNAN32, QNAN16 = 0x7FC0_0000, 0x7FC0
+
+#: fp32 encodings sprinkled over tables, gradients and weights.
+SPECIALS = np.array([
+    0x0000_0000, 0x8000_0000, 0x7F80_0000, 0xFF80_0000,     # +-0, +-inf
+    0x7FC0_0000, 0xFFC0_0001, 0x7F80_0001,                  # NaNs (quiet, signed, sig.)
+    0x0000_0001, 0x8000_0001, 0x007F_FFFF, 0x0040_0000,     # subnormals
+    0x0080_0000, 0x7F7F_FFFF, 0xFF7F_FFFF,                  # smallest normal, largest
+], np.uint32)
+
+
+def pack(layout, fields: dict) -> int:
+    value = 0
+    for name, member in layout:
+        value |= (int(fields.get(name, 0)) & ((1 << member.width) - 1)) << member.offset
+    return value
+
+
+def unpack(layout, value: int) -> dict:
+    return {name: (value >> member.offset) & ((1 << member.width) - 1)
+            for name, member in layout}
+
+
+def sprinkle(rng: np.random.Generator, values: np.ndarray, fraction: float) -> np.ndarray:
+    """float32 ``values`` with a ``fraction`` replaced by :data:`SPECIALS`."""
+    bits = values.astype(np.float32).view(np.uint32).copy()
+    hit = rng.random(bits.shape) < fraction
+    bits[hit] = rng.choice(SPECIALS, int(hit.sum()))
+    return bits.view(np.float32)
+
+
+@dataclass
+class Desc:
+    """One UPDATE descriptor: its table in PMEM and its bags, weights and gradients."""
+    base: int
+    table: np.ndarray
+    indices: np.ndarray
+    offsets: np.ndarray
+    weights: np.ndarray | None
+    grads: np.ndarray
+    image: bytes            # the table's PMEM image before the update
+
+    @property
+    def bf16(self) -> bool:
+        return self.table.dtype == BF16
+
+    @property
+    def lines(self) -> int:
+        return lines_per_row(self.table.shape[1], self.table.dtype)
+
+    def ctrl(self) -> dict:
+        return {"table_base": self.base, "lines_per_row": self.lines, "bf16": self.bf16,
+                "weighted": self.weights is not None, "dim": self.table.shape[1]}
+
+    def counted(self) -> list[tuple[int, int]]:
+        """(bag, position in indices) of every counted index, in contract order."""
+        out, pos = [], 0
+        for b, bag in enumerate(bags(self.indices, self.offsets)):
+            for _ in bag:
+                out.append((b, pos))
+                pos += 1
+        return out
+
+    def items(self) -> list[dict]:
+        """The item stream: per counted index the gradient lines (two per table line for
+        bf16, zero past the gradient vector's end)."""
+        dim = self.table.shape[1]
+        glines = lines_per_row(dim, FP32)
+        n = 2 * self.lines if self.bf16 else self.lines
+        gimg = pack_rows(self.grads)
+        stride = glines * LINE_BYTES
+        out = []
+        for b, k in self.counted():
+            w = 0 if self.weights is None else int(self.weights[k:k + 1].view(np.uint32)[0])
+            for line in range(n):
+                chunk = gimg[b * stride + line * LINE_BYTES:b * stride + (line + 1) * LINE_BYTES]
+                out.append({"row": int(self.indices[k]), "line": line, "weight": w,
+                            "grad": int.from_bytes(chunk, "little") if chunk else 0})
+        out[-1]["last"] = 1
+        return out
+
+    def expected_rows_written(self, cache_rows: int) -> int:
+        """Misses of a direct-mapped cache of ``cache_rows`` rows (each is written once)."""
+        tags: dict[int, int] = {}
+        misses = 0
+        for _, k in self.counted():
+            r = int(self.indices[k])
+            if tags.get(r % cache_rows) != r:
+                misses += 1
+                tags[r % cache_rows] = r
+        return misses
+
+
+def make_desc(rng: np.random.Generator, model: PmemModel, base: int, *, dtype, dim: int,
+              rows: int, num_bags: int, weighted: bool, zipf: float | None,
+              special: float = 0.03) -> Desc:
+    scale = 2.0 ** rng.integers(-4, 5, (rows, dim))
+    table = sprinkle(rng, rng.standard_normal((rows, dim)) * scale, special)
+    with np.errstate(invalid="ignore"):     # NaNs narrowed to bf16 on purpose
+        table = table.astype(dtype)
+    while True:
+        indices, offsets = random_bags(rng, num_bags, rows, pooling=3, zipf_alpha=zipf,
+                                       max_len=8, empty_fraction=0.1)
+        if len(indices):
+            break
+    grads = sprinkle(rng, rng.standard_normal((num_bags, dim)) * 2.0 ** -3, special)
+    weights = (sprinkle(rng, rng.standard_normal(len(indices)), special)
+               if weighted else None)
+    stride = lines_per_row(dim, dtype) * LINE_BYTES
+    garbage = rng.integers(0, 256, rows * stride, dtype=np.uint8).tobytes()
+    image = pack_rows(table, base=garbage)
+    model.write(base, image)
+    return Desc(base, table, indices, offsets, weights, grads, image)
+
+
+def check_table(model: PmemModel, d: Desc) -> None:
+    """The PMEM image against ``update``: bit for bit, NaNs by class (the DUT's are
+    canonical or untouched), padding bytes unchanged."""
+    rows, dim = d.table.shape
+    got_img = model.read(d.base, len(d.image))
+    got = unpack_rows(got_img, rows, dim, d.table.dtype)
+    want = update(d.table, d.indices, d.offsets, d.grads, weights=d.weights)
+    uint = np.uint16 if d.bf16 else np.uint32
+    gb, wb = got.view(uint), want.view(uint)
+    nan = np.isnan(want.astype(np.float32))
+    qnan = QNAN16 if d.bf16 else QNAN32
+    bad = np.where(nan, ~np.isnan(got.astype(np.float32)) | ((gb != wb) & (gb != qnan)),
+                   gb != wb)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        raise AssertionError(f"{int(bad.sum())} elements differ; first row {r} elem {c}: "
+                             f"got {int(gb[r, c]):#x} want {int(wb[r, c]):#x} "
+                             f"(was {int(d.table.view(uint)[r, c]):#x})")
+    assert pack_rows(got, base=d.image) == got_img, "row padding was modified"
+
+
+@dataclass
+class Traffic:
+    idle: float = 0.0       # i_items valid withheld
+    ar_bp: float = 0.0
+    aw_bp: float = 0.0
+    w_bp: float = 0.0
+    r_idle: float = 0.0     # an R beat that is due withheld
+    b_idle: float = 0.0
+    done_bp: float = 0.0
+
+
+SMOOTH = Traffic()
+ROUGH = Traffic(idle=0.3, ar_bp=0.3, aw_bp=0.3, w_bp=0.3, r_idle=0.3, b_idle=0.3,
+                done_bp=0.5)
+
+
+class StreamRule:
+    """Passive checker: once ``valid`` is high it and the payload hold until ``ready``."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.held: tuple | None = None
+        self.errors: list[str] = []
+
+    def observe(self, cycle: int, valid: int, ready: int, payload) -> None:
+        if self.held is not None and (not valid or payload != self.held):
+            self.errors.append(f"{self.name}: valid/payload changed before ready "
+                               f"in cycle {cycle}")
+        self.held = payload if valid and not ready else None
+
+
+def run(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
+        traffic: Traffic, max_cycles: int = 200_000) -> tuple[list[dict], int]:
+    """Feed ``descs``; returns the ``o_done`` records and the cycles taken."""
+    rng = random.Random(seed)
+    ctrl_l = ctrl_layout(dut.addr_width)
+    queue = [(pack(ctrl_l, d.ctrl()), pack(ITEM, it)) for d in descs for it in d.items()]
+    queue.reverse()
+    dones: list[dict] = []
+    checks = {n: StreamRule(n) for n in ("AR", "AW", "W", "o_done")}
+    cycles = [0]
+    p = dut.pmem
+
+    async def bench(ctx):
+        cur = beat = b = None
+        cycle = 0
+        while len(dones) < len(descs):
+            assert cycle < max_cycles, f"timeout: {len(dones)} of {len(descs)} done"
+            if cur is None and queue and not rng.random() < traffic.idle:
+                cur = queue.pop()
+                ctx.set(dut.i_ctrl.as_value(), cur[0])
+                ctx.set(dut.i_items.payload.as_value(), cur[1])
+            ctx.set(dut.i_items.valid, cur is not None)
+            ctx.set(dut.o_done.ready, not rng.random() < traffic.done_bp)
+            ctx.set(p.arready, not rng.random() < traffic.ar_bp)
+            ctx.set(p.awready, not rng.random() < traffic.aw_bp)
+            ctx.set(p.wready, not rng.random() < traffic.w_bp)
+            if beat is None and not rng.random() < traffic.r_idle:
+                beat = model.r_beat(cycle)
+                if beat is not None:
+                    ctx.set(p.rid, beat[0])
+                    ctx.set(p.rdata, beat[1])
+                    ctx.set(p.rresp, beat[2])
+                    ctx.set(p.rlast, int(beat[3]))
+            ctx.set(p.rvalid, beat is not None)
+            if b is None and not rng.random() < traffic.b_idle:
+                b = model.b_resp(cycle)
+                if b is not None:
+                    ctx.set(p.bid, b[0])
+                    ctx.set(p.bresp, b[1])
+            ctx.set(p.bvalid, b is not None)
+            (_, _, i_ready, d_valid, d_ready, d_p, arvalid, arready, awvalid, awready,
+             wvalid, wready, wdata, wstrb, wlast, rready, bready, *addr) = await ctx.tick().sample(
+                dut.i_items.ready, dut.o_done.valid, dut.o_done.ready,
+                dut.o_done.payload.as_value(), p.arvalid, p.arready, p.awvalid, p.awready,
+                p.wvalid, p.wready, p.wdata, p.wstrb, p.wlast, p.rready, p.bready,
+                p.arid, p.araddr, p.arlen, p.arsize, p.arburst,
+                p.awid, p.awaddr, p.awlen, p.awsize, p.awburst)
+            ar, aw = tuple(addr[:5]), tuple(addr[5:])
+            if cur is not None and i_ready:
+                cur = None
+            checks["AR"].observe(cycle, arvalid, arready, ar)
+            checks["AW"].observe(cycle, awvalid, awready, aw)
+            checks["W"].observe(cycle, wvalid, wready, (wdata, wstrb, wlast))
+            checks["o_done"].observe(cycle, d_valid, d_ready, d_p)
+            if arvalid and arready:
+                model.accept_ar(ar[0], ar[1], ar[2], cycle, size=ar[3], burst=ar[4])
+            if awvalid and awready:
+                model.accept_aw(aw[0], aw[1], aw[2], cycle, size=aw[3], burst=aw[4])
+            if wvalid and wready:
+                model.accept_w(wdata, wstrb, bool(wlast), cycle)
+            if beat is not None and rready:
+                model.r_accept(cycle)
+                beat = None
+            if b is not None and bready:
+                model.b_accept(cycle)
+                b = None
+            if d_valid and d_ready:
+                dones.append(unpack(DONE, d_p))
+                # Durable at completion: nothing of it may still be in flight.
+                assert model.outstanding == (0, 0), "o_done before every B"
+            cycle += 1
+        cycles[0] = cycle
+
+    top = Module()
+    top.domains.sync = ClockDomain("sync")
+    top.submodules.dut = dut
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    errors = [e for c in checks.values() for e in c.errors]
+    assert not errors, "\n".join(errors[:10])
+    return dones, cycles[0]
+
+
+def check_run(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
+              traffic: Traffic) -> tuple[list[dict], int]:
+    dones, cycles = run(dut, model, descs, seed=seed, traffic=traffic)
+    for d, done in zip(descs, dones, strict=True):
+        check_table(model, d)
+        stats = coalesce_stats(d.indices, d.offsets)
+        assert done["updates"] == stats.updates
+        want = d.expected_rows_written(dut.cache_rows)
+        assert done["rows_written"] == want
+        if want == stats.distinct_rows:
+            continue
+        assert want > stats.distinct_rows     # evictions happened: more writes
+    return dones, cycles
+
+
+# --- parameters ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"addr_width": 11}, "addr_width must be an integer from 12 to 64, not 11"),
+    ({"addr_width": True}, "addr_width must be an integer from 12 to 64, not True"),
+    ({"id_width": 0}, "id_width must be an integer from 1 to 16, not 0"),
+    ({"cache_rows": 1}, "cache_rows must be an integer from 2 to 256, not 1"),
+    ({"cache_rows": 512}, "cache_rows must be an integer from 2 to 256, not 512"),
+    ({"cache_rows": 24}, "cache_rows must be a power of two, not 24"),
+    ({"max_lines_per_row": 0}, "max_lines_per_row must be an integer from 1 to 64, not 0"),
+    ({"max_lines_per_row": 65}, "max_lines_per_row must be an integer from 1 to 64, not 65"),
+])
+def test_rejects_bad_parameters(kwargs, message):
+    args = {"addr_width": ADDR_WIDTH, "id_width": 4} | kwargs
+    with pytest.raises(ValueError, match=message):
+        ScatterUpdate(**args)
+
+
+def test_parameters_are_read_only_properties():
+    dut = ScatterUpdate(addr_width=24, id_width=3, cache_rows=8, max_lines_per_row=5)
+    assert (dut.addr_width, dut.id_width, dut.cache_rows, dut.max_lines_per_row) == (
+        24, 3, 8, 5)
+    with pytest.raises(AttributeError):
+        dut.cache_rows = 4
+
+
+# --- data ----------------------------------------------------------------------------
+
+#: (dtype, dim): 1, 2 and 3 lines per row, with padding elements in most.
+SHAPES = [(FP32, 7), (FP32, 32), (FP32, 40), (BF16, 20), (BF16, 64), (BF16, 90)]
+
+
+def mixed(rng: np.random.Generator, model: PmemModel, *, rows: int, num_bags: int,
+          shapes=SHAPES) -> list[Desc]:
+    descs = []
+    for n, (dtype, dim) in enumerate(shapes):
+        # Tables 4 KiB apart plus a few lines, so some rows straddle a 4 KiB boundary.
+        base = 0x8000 * (n + 1) + 64 * int(rng.integers(0, 64))
+        descs.append(make_desc(rng, model, base, dtype=dtype, dim=dim, rows=rows,
+                               num_bags=num_bags, weighted=bool(n % 2 == 0 or rng.random() < .5),
+                               zipf=1.1 if n % 3 else None))
+    return descs
+
+
+@pytest.mark.parametrize("traffic", [SMOOTH, ROUGH], ids=["smooth", "rough"])
+def test_update_with_evictions(traffic, seed):
+    """More distinct rows than cache slots: rows are evicted and re-read."""
+    nrng = np.random.default_rng(seed)
+    model = PmemModel(size=PMEM_SIZE, timing=PmemTiming(read_latency=8, write_latency=8,
+                                                        jitter=12), rng=random.Random(seed))
+    dut = ScatterUpdate(addr_width=ADDR_WIDTH, id_width=2, cache_rows=4, max_lines_per_row=3)
+    descs = mixed(nrng, model, rows=24, num_bags=6)
+    check_run(dut, model, descs, seed=seed, traffic=traffic)
+    assert any(d.expected_rows_written(4) > coalesce_stats(d.indices, d.offsets).distinct_rows
+               for d in descs), "no eviction happened"
+
+
+def test_update_coalesced_without_evictions(seed):
+    """Every row fits: each distinct row is written exactly once per descriptor."""
+    nrng = np.random.default_rng(seed)
+    model = PmemModel(size=PMEM_SIZE, timing=PmemTiming(read_latency=8, jitter=12),
+                      rng=random.Random(seed))
+    dut = ScatterUpdate(addr_width=ADDR_WIDTH, id_width=1, cache_rows=16, max_lines_per_row=4)
+    descs = mixed(nrng, model, rows=16, num_bags=8, shapes=SHAPES[1:2] + SHAPES[4:5])
+    dones, _ = check_run(dut, model, descs, seed=seed, traffic=ROUGH)
+    for d, done in zip(descs, dones, strict=True):
+        assert done["rows_written"] == coalesce_stats(d.indices, d.offsets).distinct_rows
+
+
+def test_verilog_lints_clean(tmp_path):
+    dut = ScatterUpdate(addr_width=48, id_width=4, cache_rows=8, max_lines_per_row=5)
+    assert_lints_clean(dut, "scatter_update_a48_c8_l5", tmp_path)
