@@ -31,6 +31,8 @@ from hw.bus.axi import AxiBurst
 from hw.bus.axi_arbiter import AxiArbiter
 from tb.pmem import LINE_BYTES, PmemModel, PmemTiming, strb_mask
 
+from .stream_rule import StreamRule
+
 #: Lines of each manager's private region (two 4 KiB pages; bursts never cross one).
 REGION_LINES = 128
 PAGE_LINES = 4096 // LINE_BYTES
@@ -49,22 +51,6 @@ def arbiter(priorities, *, id_width: int = 3, **kwargs) -> AxiArbiter:
     addr_width = (len(priorities) * REGION_LINES * LINE_BYTES - 1).bit_length()
     return AxiArbiter(addr_width=addr_width, data_width=8 * LINE_BYTES, id_width=id_width,
                       priorities=priorities, **kwargs)
-
-
-# --- passive stream-rule checker ------------------------------------------------------
-
-class StreamRule:
-    """valid, once high, holds with its payload until the transfer."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.held: tuple | None = None
-
-    def observe(self, cycle: int, valid: bool, ready: bool, payload: tuple = ()) -> None:
-        if self.held is not None:
-            assert valid, f"{self.name}: valid dropped before the transfer (cycle {cycle})"
-            assert payload == self.held, f"{self.name}: payload changed under valid ({cycle})"
-        self.held = payload if valid and not ready else None
 
 
 # --- manager BFM and scoreboard ---------------------------------------------------------
@@ -98,8 +84,8 @@ class Manager:
         self.reads_left = self.writes_left = 0
         self.rready = self.bready = 0
         self.ids = 1 << min(tb.dut.id_width, 2)
-        self.r_rule = StreamRule(f"m{index} R")
-        self.b_rule = StreamRule(f"m{index} B")
+        self.r_rule = StreamRule(f"m{index} R", strict=True)
+        self.b_rule = StreamRule(f"m{index} B", strict=True)
         self.log = {k: [] for k in ("ar", "aw", "w", "r", "b")}
 
     # -- traffic
@@ -267,7 +253,8 @@ class TB:
                               rng=random.Random(seed + 1))
         self.managers = [Manager(self, i, p, random.Random(seed * 31 + i))
                          for i, p in enumerate(dut.managers)]
-        self.rules = {ch: StreamRule(f"sub {ch.upper()}") for ch in ("ar", "aw", "w")}
+        self.rules = {ch: StreamRule(f"sub {ch.upper()}", strict=True)
+                      for ch in ("ar", "aw", "w")}
         self.sub_ready = {"ar": 1, "aw": 1, "w": 1}
         self.r_beat = self.b = None
         self.cycle = 0
@@ -402,7 +389,8 @@ class TB:
                          for i, p in enumerate(dut.managers)]
         for mgr, (reads, writes) in zip(self.managers, left, strict=True):
             mgr.reads_left, mgr.writes_left = reads + 10, writes + 10
-        self.rules = {ch: StreamRule(f"sub {ch.upper()}") for ch in ("ar", "aw", "w")}
+        self.rules = {ch: StreamRule(f"sub {ch.upper()}", strict=True)
+                      for ch in ("ar", "aw", "w")}
         self.r_beat = self.b = None
 
     def check_memory(self) -> None:

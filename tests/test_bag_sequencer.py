@@ -30,6 +30,7 @@ from sim.embedding import bags, lines_per_row, random_bags, validate
 from tb.pmem import PmemModel, PmemTiming
 
 from .conftest import assert_lints_clean
+from .stream_rule import StreamRule
 
 ADDR_WIDTH = 24
 PMEM_SIZE = 1 << ADDR_WIDTH
@@ -173,21 +174,6 @@ def random_case(rng: random.Random, alloc: Alloc) -> Case:
 
 
 # --- bench ---------------------------------------------------------------------------
-
-class StreamRule:
-    """Passive checker: once ``valid`` is high it and the payload hold until ``ready``."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.held: tuple | None = None
-        self.errors: list[str] = []
-
-    def observe(self, cycle: int, valid: int, ready: int, payload) -> None:
-        if self.held is not None and (not valid or payload != self.held):
-            self.errors.append(f"{self.name}: valid/payload changed before ready "
-                               f"in cycle {cycle}")
-        self.held = payload if valid and not ready else None
-
 
 @dataclass
 class Traffic:

@@ -28,6 +28,7 @@ from hw.engine.row_gather import ROW, UNDO, RowGather, ctrl_layout
 from tb.pmem import LINE_BYTES, PmemModel, PmemTiming
 
 from .conftest import assert_lints_clean
+from .stream_rule import StreamRule
 
 
 def pack(layout, fields: dict) -> int:
@@ -106,21 +107,6 @@ def expected(model: PmemModel, descs: list[Desc]) -> tuple[list[dict], list[dict
 
 
 # --- bench ---------------------------------------------------------------------------
-
-class StreamRule:
-    """Passive checker: once ``valid`` is high it and the payload hold until ``ready``."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.held: tuple | None = None
-        self.errors: list[str] = []
-
-    def observe(self, cycle: int, valid: int, ready: int, payload) -> None:
-        if self.held is not None and (not valid or payload != self.held):
-            self.errors.append(f"{self.name}: valid/payload changed before ready "
-                               f"in cycle {cycle}")
-        self.held = payload if valid and not ready else None
-
 
 @dataclass
 class Traffic:

@@ -41,6 +41,7 @@ from sim.embedding import (
 from tb.pmem import PmemModel, PmemTiming
 
 from .conftest import assert_lints_clean
+from .stream_rule import StreamRule
 
 PMEM_SIZE = 1 << 20
 ADDR_WIDTH = 20
@@ -194,21 +195,6 @@ class Traffic:
 SMOOTH = Traffic()
 ROUGH = Traffic(idle=0.3, ar_bp=0.3, aw_bp=0.3, w_bp=0.3, r_idle=0.3, b_idle=0.3,
                 done_bp=0.5)
-
-
-class StreamRule:
-    """Passive checker: once ``valid`` is high it and the payload hold until ``ready``."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.held: tuple | None = None
-        self.errors: list[str] = []
-
-    def observe(self, cycle: int, valid: int, ready: int, payload) -> None:
-        if self.held is not None and (not valid or payload != self.held):
-            self.errors.append(f"{self.name}: valid/payload changed before ready "
-                               f"in cycle {cycle}")
-        self.held = payload if valid and not ready else None
 
 
 def run(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
