@@ -30,6 +30,7 @@ from sim.embedding import bags, lines_per_row, random_bags, validate
 from tb.pmem import PmemModel, PmemTiming
 
 from .conftest import assert_lints_clean
+from .payload import unpack
 from .stream_rule import StreamRule
 
 ADDR_WIDTH = 24
@@ -39,18 +40,6 @@ TABLE_BASE = PMEM_SIZE // 2
 DATA_ADDR = TABLE_BASE + PMEM_SIZE // 4
 ONE = 0x3F800000
 M32 = 0xFFFFFFFF
-
-
-def pack(layout, fields: dict) -> int:
-    value = 0
-    for name, member in layout:
-        value |= (int(fields.get(name, 0)) & ((1 << member.width) - 1)) << member.offset
-    return value
-
-
-def unpack(layout, value: int) -> dict:
-    return {name: (value >> member.offset) & ((1 << member.width) - 1)
-            for name, member in layout}
 
 
 # --- descriptors, buffers and expected events ------------------------------------------

@@ -28,6 +28,7 @@ from hw.engine.pool_reduce import CTRL, LINE, POOLED, PoolReduce
 from sim.embedding import BF16, FP32, lines_per_row, pack_rows, pool, unpack_rows
 
 from .conftest import assert_lints_clean
+from .payload import pack, unpack
 
 SUM, MEAN, MAX = PoolMode.SUM, PoolMode.MEAN, PoolMode.MAX
 #: Cycles the sink keeps watching after the last expected line.
@@ -39,19 +40,6 @@ DIMS = {"fp32": (7, 32, 40, 80), "bf16": (20, 64, 90, 150)}
 
 
 # --- stimulus ------------------------------------------------------------------------
-
-def pack(layout, **fields) -> int:
-    """A struct payload as an integer (fields LSB first, as Amaranth lays them out)."""
-    value = 0
-    for name, member in layout:
-        value |= (int(fields.get(name, 0)) & ((1 << member.width) - 1)) << member.offset
-    return value
-
-
-def unpack(layout, value: int) -> dict[str, int]:
-    return {name: (value >> member.offset) & ((1 << member.width) - 1)
-            for name, member in layout}
-
 
 #: fp32 encodings the tables and weights are sprinkled with.
 SPECIALS = np.array([

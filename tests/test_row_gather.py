@@ -28,21 +28,8 @@ from hw.engine.row_gather import ROW, UNDO, RowGather, ctrl_layout
 from tb.pmem import LINE_BYTES, PmemModel, PmemTiming
 
 from .conftest import assert_lints_clean
+from .payload import pack, unpack
 from .stream_rule import StreamRule
-
-
-def pack(layout, fields: dict) -> int:
-    """A struct payload as an integer (fields LSB first, as Amaranth lays them out)."""
-    value = 0
-    for name, member in layout:
-        value |= (int(fields.get(name, 0)) & ((1 << member.width) - 1)) << member.offset
-    return value
-
-
-def unpack(layout, value: int) -> dict:
-    return {name: (value >> member.offset) & ((1 << member.width) - 1)
-            for name, member in layout}
-
 
 # --- stimulus and expected output ----------------------------------------------------
 

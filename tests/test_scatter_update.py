@@ -41,6 +41,7 @@ from sim.embedding import (
 from tb.pmem import PmemModel, PmemTiming
 
 from .conftest import assert_lints_clean
+from .payload import pack, unpack
 from .stream_rule import StreamRule
 
 PMEM_SIZE = 1 << 20
@@ -54,18 +55,6 @@ SPECIALS = np.array([
     0x0000_0001, 0x8000_0001, 0x007F_FFFF, 0x0040_0000,     # subnormals
     0x0080_0000, 0x7F7F_FFFF, 0xFF7F_FFFF,                  # smallest normal, largest
 ], np.uint32)
-
-
-def pack(layout, fields: dict) -> int:
-    value = 0
-    for name, member in layout:
-        value |= (int(fields.get(name, 0)) & ((1 << member.width) - 1)) << member.offset
-    return value
-
-
-def unpack(layout, value: int) -> dict:
-    return {name: (value >> member.offset) & ((1 << member.width) - 1)
-            for name, member in layout}
 
 
 def sprinkle(rng: np.random.Generator, values: np.ndarray, fraction: float) -> np.ndarray:
