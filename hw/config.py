@@ -61,6 +61,20 @@ class DeviceConfig:
         hashed into buckets; a false match only delays a request, never reorders it.
     csr_addr_width:
         Byte-address width of the AXI4-Lite CSR port (12 to 24).
+    engine_lanes:
+        fp32 lanes of the pooling datapath (4, 8 or 16; 16 pools one line per cycle).
+    reduce_partials:
+        Partial sums per bag ``P`` of the accumulation-order contract (1 to 8;
+        ``docs/embedding.md``). ``P`` at least the adder latency keeps one row line per
+        cycle flowing even for single-line rows.
+    gather_rob_lines:
+        Table lines the gather keeps in flight (its reorder buffer; power of two, 16 to
+        4096). One line per cycle needs about the PMEM read latency plus a row.
+    engine_max_dim:
+        Largest embedding ``dim`` the engine takes (multiple of 16, 16 to 1024); sizes
+        the pooling accumulators and the update's row cache lines.
+    update_cache_rows:
+        Rows the UPDATE coalescing cache holds (power of two, 2 to 256).
     """
 
     name: str = "default"
@@ -72,6 +86,11 @@ class DeviceConfig:
     axi_id_width: int = 8
     hazard_buckets: int = 256
     csr_addr_width: int = 16
+    engine_lanes: int = 16
+    reduce_partials: int = 4
+    gather_rob_lines: int = 256
+    engine_max_dim: int = 256
+    update_cache_rows: int = 32
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -110,6 +129,20 @@ class DeviceConfig:
         if not 12 <= self.csr_addr_width <= 24:
             raise ValueError(
                 f"csr_addr_width must be between 12 and 24, not {self.csr_addr_width}")
+        if self.engine_lanes not in (4, 8, 16):
+            raise ValueError(f"engine_lanes must be 4, 8 or 16, not {self.engine_lanes}")
+        if not 1 <= self.reduce_partials <= 8:
+            raise ValueError(
+                f"reduce_partials must be between 1 and 8, not {self.reduce_partials}")
+        if not _is_pow2(self.gather_rob_lines) or not 16 <= self.gather_rob_lines <= 4096:
+            raise ValueError("gather_rob_lines must be a power of two between 16 and 4096, "
+                             f"not {self.gather_rob_lines}")
+        if self.engine_max_dim % 16 or not 16 <= self.engine_max_dim <= 1024:
+            raise ValueError("engine_max_dim must be a multiple of 16 between 16 and 1024, "
+                             f"not {self.engine_max_dim}")
+        if not _is_pow2(self.update_cache_rows) or not 2 <= self.update_cache_rows <= 256:
+            raise ValueError("update_cache_rows must be a power of two between 2 and 256, "
+                             f"not {self.update_cache_rows}")
 
     # Derived values: read-only, computed from the fields so they can never disagree.
     @property
@@ -129,6 +162,17 @@ class DeviceConfig:
     def tag_index_width(self) -> int:
         """Bits to number an in-flight slot (at least 1)."""
         return max(1, (self.max_tags - 1).bit_length())
+
+    @property
+    def pmem_id_width(self) -> int:
+        """AXI ID width of the device's PMEM port: ``axi_id_width`` plus one bit that
+        tells the memory endpoint's requests from the engine's."""
+        return self.axi_id_width + 1
+
+    @property
+    def engine_max_lines(self) -> int:
+        """Lines of the longest row (an fp32 row of ``engine_max_dim``)."""
+        return self.engine_max_dim * 4 // self.line_bytes
 
     @property
     def hazard_bucket_width(self) -> int:

@@ -28,6 +28,7 @@ DESIGNS: dict[str, str] = {
     "device": "hw.top:Device",
     "mem_endpoint": "hw.cxl.mem_endpoint:MemEndpoint",
     "csr_bank": "hw.csr.bank:CsrBank",
+    "engine": "hw.engine.engine:Engine",
 }
 
 

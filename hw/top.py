@@ -1,9 +1,12 @@
-"""The TrainingCXL device top: CXL.mem endpoint, CSR block and the PMEM port.
+"""The TrainingCXL device top: CXL.mem endpoint, embedding engine, CSR block and the
+PMEM port.
 
-Today the device is the foundation slice: host CXL.mem traffic reaches PMEM through
-:class:`~hw.cxl.mem_endpoint.MemEndpoint`, configured and observed through
-:class:`~hw.csr.bank.CsrBank`. Later issues add the DCOH / CXL.cache agent, the
-embedding engine, the checkpoint logger and a PMEM arbiter behind the same ports.
+Host CXL.mem traffic reaches PMEM through :class:`~hw.cxl.mem_endpoint.MemEndpoint`;
+the :class:`~hw.engine.engine.Engine` executes the descriptor ring; an
+:class:`~hw.bus.axi_arbiter.AxiArbiter` shares the PMEM port between them (one
+priority class, round-robin); everything is configured and observed through
+:class:`~hw.csr.bank.CsrBank`. Later issues add the DCOH / CXL.cache agent and the
+checkpoint logger behind the same ports.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .bus.axi import AXI4LiteSignature, AXI4Signature
+from .bus.axi_arbiter import AxiArbiter
 from .config import DeviceConfig
 from .csr.bank import CsrBank
 from .cxl.mem_endpoint import MemEndpoint
 from .cxl.messages import S2MDRS, S2MNDR, M2SReq, M2SRwD
+from .engine.engine import Engine
 from .widths import zext
 
 __all__ = ["Device"]
@@ -42,7 +47,8 @@ class Device(wiring.Component):
     o_s2m_ndr, o_s2m_drs:
         CXL.mem responses to the host.
     pmem:
-        AXI4 manager to persistent memory (512-bit data, ``config.axi_id_width`` IDs).
+        AXI4 manager to persistent memory (512-bit data, ``config.pmem_id_width`` ID
+        bits: the top bit is 0 for the memory endpoint's requests, 1 for the engine's).
     csr:
         AXI4-Lite subordinate for the register map of ``docs/registers.md``.
     """
@@ -58,7 +64,7 @@ class Device(wiring.Component):
             "o_s2m_drs": Out(stream.Signature(S2MDRS)),
             "pmem": Out(AXI4Signature(addr_width=config.pmem_addr_width,
                                       data_width=config.line_bits,
-                                      id_width=config.axi_id_width)),
+                                      id_width=config.pmem_id_width)),
             "csr": In(AXI4LiteSignature(addr_width=config.csr_addr_width)),
         })
 
@@ -70,12 +76,18 @@ class Device(wiring.Component):
         m = Module()
         m.submodules.endpoint = endpoint = MemEndpoint(config=self._config)
         m.submodules.csr_bank = regs = CsrBank(config=self._config)
+        m.submodules.engine = engine = Engine(config=self._config)
+        m.submodules.pmem_arbiter = arbiter = AxiArbiter(
+            addr_width=self._config.pmem_addr_width, data_width=self._config.line_bits,
+            id_width=self._config.axi_id_width, priorities=[0, 0])
 
         wiring.connect(m, wiring.flipped(self.i_m2s_req), endpoint.i_m2s_req)
         wiring.connect(m, wiring.flipped(self.i_m2s_rwd), endpoint.i_m2s_rwd)
         wiring.connect(m, endpoint.o_s2m_ndr, wiring.flipped(self.o_s2m_ndr))
         wiring.connect(m, endpoint.o_s2m_drs, wiring.flipped(self.o_s2m_drs))
-        wiring.connect(m, endpoint.pmem, wiring.flipped(self.pmem))
+        wiring.connect(m, endpoint.pmem, arbiter.m0)
+        wiring.connect(m, engine.pmem, arbiter.m1)
+        wiring.connect(m, arbiter.sub, wiring.flipped(self.pmem))
         wiring.connect(m, wiring.flipped(self.csr), regs.csr)
 
         # HDM decoder: byte registers -> line address / line count (Addr[51:6]).
@@ -106,6 +118,31 @@ class Device(wiring.Component):
             regs.perf_reads_inc.eq(endpoint.o_perf.read),
             regs.perf_writes_inc.eq(endpoint.o_perf.write),
             regs.perf_busy_inc.eq(endpoint.o_perf.busy),
+        ]
+
+        # Embedding engine: ring, doorbell, head, errors and counters. Until the
+        # checkpoint logger consumes the undo-capture stream, it is taken and dropped.
+        aw = self._config.pmem_addr_width
+        m.d.comb += [
+            engine.ring_base.eq(zext(Cat(regs.eng_ring_base_lo, regs.eng_ring_base_hi), aw)),
+            engine.ring_order.eq(regs.eng_ring_order),
+            engine.cq_base.eq(zext(Cat(regs.eng_cq_base_lo, regs.eng_cq_base_hi), aw)),
+            engine.tail.eq(regs.eng_tail),
+            engine.o_undo.ready.eq(1),
+            regs.eng_head.eq(engine.head),
+            regs.eng_status.eq(Cat(engine.busy, Const(0, 7), engine.in_flight,
+                                   engine.undo_dropped, engine.serial)),
+            regs.eng_err_set.eq(Cat(engine.err_desc, engine.err_overrun, engine.err_pmem)),
+            regs.eng_err_seq_capture.eq(engine.err_desc),
+            regs.eng_err_seq_value.eq(engine.err_seq),
+            regs.eng_err_info_capture.eq(engine.err_desc),
+            regs.eng_err_info_value.eq(engine.err_info),
+            regs.eng_desc_done_inc.eq(engine.ev_desc_done),
+            regs.eng_lines_gathered_inc.eq(engine.ev_line_gathered),
+            regs.eng_bags_pooled_inc.eq(engine.ev_bag_pooled),
+            regs.eng_upd_lines_written_inc.eq(engine.ev_upd_line_written),
+            regs.eng_upd_items_inc.eq(engine.ev_upd_item),
+            regs.eng_busy_inc.eq(engine.ev_busy),
         ]
         return m
 

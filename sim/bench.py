@@ -2,8 +2,14 @@
 
 ``mem_endpoint.json``: read/write utilization of the PMEM peak with a 120/40-cycle
 PMEM, the latency the endpoint adds to an isolated request, and simulation speed on
-each simulator. Figures are measured by cocotb benches (``tb/bench_mem.py``) on the
-generated Verilog; nothing here is asserted — the tests do that.
+each simulator (``tb/bench_mem.py``).
+
+``engine.json``: LOOKUP gather utilization at pooling factors 20 and 1, the row writes
+UPDATE's coalescing saves for Zipf indices (``tb/bench_engine.py``), and the operand
+vectors the IEEE-754 units were checked on (``sim/fpcheck.py``).
+
+Figures are measured by cocotb benches on the generated Verilog; nothing here is
+asserted — the tests do that.
 """
 
 from __future__ import annotations
@@ -18,14 +24,15 @@ from hw.config import load_config
 from . import toolenv
 from .runner import BUILD, run
 
-__all__ = ["bench_mem_endpoint", "main"]
+__all__ = ["bench_engine", "bench_mem_endpoint", "main"]
 
 
-def _measure(testcase: str, config, sim: str, params: dict, seed: int | None) -> dict:
-    out = BUILD / "bench" / "raw" / f"{testcase}-{config.tag}-{sim}.json"
+def _measure(testcase: str, config, sim: str, params: dict, seed: int | None, *,
+             module: str = "tb.bench_mem", tag: str = "") -> dict:
+    out = BUILD / "bench" / "raw" / f"{testcase}{tag}-{config.tag}-{sim}.json"
     out.unlink(missing_ok=True)
-    result = run("tb.bench_mem", "device", config, sim, testcase=testcase, seed=seed,
-                 params={**params, "out": str(out)}, name=f"bench-{testcase}", quiet=True)
+    result = run(module, "device", config, sim, testcase=testcase, seed=seed,
+                 params={**params, "out": str(out)}, name=f"bench-{testcase}{tag}", quiet=True)
     if not result.ok or not out.exists():
         raise RuntimeError(f"{testcase} on {sim} failed; log: {result.log}")
     return json.loads(out.read_text())
@@ -55,21 +62,71 @@ def bench_mem_endpoint(config_name: str, sim: str, seed: int | None) -> dict:
     return result
 
 
+#: The engine benchmark's workload (issue 3): dim 64 fp32, batch 128, 16 lanes, PMEM
+#: read latency 120 cycles at one line per cycle (``tb.bench_mem.BENCH_TIMING``).
+ENGINE_WORKLOAD = {"dim": 64, "batch": 128, "rows": 20000}
+
+
+def bench_engine(config_name: str, sim: str, seed: int | None) -> dict:
+    from . import fpcheck
+
+    config = load_config(config_name)
+    t0 = time.monotonic()
+    gather = {}
+    for pooling, n_desc in ((20, 4), (1, 16)):
+        print(f"  gather, pooling {pooling} ...")
+        gather[pooling] = _measure("bench_gather", config, sim,
+                                   {**ENGINE_WORKLOAD, "pooling": pooling, "n_desc": n_desc},
+                                   seed, module="tb.bench_engine", tag=f"-p{pooling}")
+    print("  update, Zipf 1.05 ...")
+    update = _measure("bench_update", config, sim,
+                      {**ENGINE_WORKLOAD, "pooling": 20, "zipf": 1.05}, seed,
+                      module="tb.bench_engine")
+    checks = {}
+    if toolenv.have_simulator("verilator"):
+        for unit in fpcheck.UNITS:
+            print(f"  fpcheck {unit} ...")
+            r = fpcheck.check(unit, 1_000_000, seed=seed if seed is not None else 1)
+            checks[unit] = {"vectors": r.vectors, "mismatches": r.mismatches}
+    return {
+        "benchmark": "engine",
+        "simulator": sim,
+        "config": config.name,
+        "gather_utilization_p20": gather[20]["utilization"],
+        "gather_utilization_p1": gather[1]["utilization"],
+        "update_write_saving_zipf": update["write_saving"],
+        "fp_vectors_checked": sum(c["vectors"] for c in checks.values()),
+        "fp_mismatches": sum(c["mismatches"] for c in checks.values()),
+        "gather_runs": {f"p{k}": v for k, v in gather.items()},
+        "update_run": update,
+        "fp_checks": checks,
+        "targets": {"gather_utilization_p20": ">= 0.90"},
+        "wall_seconds": round(time.monotonic() - t0, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="default")
     parser.add_argument("--sim", default="verilator", choices=toolenv.SIMULATORS)
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--only", choices=("mem_endpoint", "engine"),
+                        help="run one benchmark (default: all)")
     args = parser.parse_args(argv)
     toolenv.setup()
     out_dir = BUILD / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
-    print(f"mem_endpoint benchmark ({args.config}, {args.sim}) ...")
-    result = bench_mem_endpoint(args.config, args.sim, args.seed)
-    path = out_dir / "mem_endpoint.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "sim_speed_runs"}, indent=2))
-    print(f"wrote {path}")
+    benches = {"mem_endpoint": (bench_mem_endpoint, ("sim_speed_runs",)),
+               "engine": (bench_engine, ("gather_runs", "update_run", "fp_checks"))}
+    for name, (bench, details) in benches.items():
+        if args.only and name != args.only:
+            continue
+        print(f"{name} benchmark ({args.config}, {args.sim}) ...")
+        result = bench(args.config, args.sim, args.seed)
+        path = out_dir / f"{name}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps({k: v for k, v in result.items() if k not in details}, indent=2))
+        print(f"wrote {path}")
     return 0
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "pool",
     "pool_error_bound",
     "pool_f64",
+    "power_law_rows",
     "random_bags",
     "unpack_rows",
     "update",
@@ -110,7 +111,7 @@ def pack_rows(array: np.ndarray, base: bytes | None = None) -> bytes:
             raise ValueError(f"base image holds {len(base)} bytes, need {count * stride}")
         out = np.frombuffer(base, np.uint8, count * stride).reshape(count, stride).copy()
     out[:, :dim * array.dtype.itemsize] = (
-        _little_endian_bits(array).view(np.uint8).reshape(count, -1))
+        _little_endian_bits(array).view(np.uint8).reshape(count, dim * array.dtype.itemsize))
     return out.tobytes()
 
 
@@ -465,17 +466,19 @@ def _field(value) -> int:
 
 
 def validate(desc: Mapping[str, int], *, indices: IntArray, offsets: IntArray,
-             pmem_size: int) -> Status:
+             pmem_size: int, max_dim: int = MAX_DIM) -> Status:
     """The status the engine completes a descriptor with (``docs/embedding.md``).
 
     ``desc`` holds descriptor fields by name (as :func:`hw.engine.descriptor.
     unpack_descriptor` returns them; missing fields are 0); ``indices`` and ``offsets``
     are the contents of its buffers (at least ``num_indices`` and
     ``num_bags + include_last_offset`` entries, read only if the descriptor's own fields
-    pass); ``pmem_size`` is the device memory size in bytes.
+    pass); ``pmem_size`` is the device memory size in bytes and ``max_dim`` the device's
+    largest ``dim`` (``CAP_ENGINE_MAX_DIM``; a larger one is UNSUPPORTED).
 
-    Checks, the first failing one is reported: ``kind``; then, for LOOKUP and UPDATE
-    only (other kinds are defined elsewhere): UNSUPPORTED (reserved bit, mode 3, dim 0
+    Checks, the first failing one is reported: ``kind``; MLP_CHECKPOINT is UNSUPPORTED
+    in this build (the checkpoint issue adds it); NOP, COMMIT and FENCE pass; then, for
+    LOOKUP and UPDATE: UNSUPPORTED (reserved bit, mode 3, dim 0
     or > 4096, weights with mean/max, UPDATE with max); MISALIGNED (table base and the
     indices, offsets, data and, when weighted, weights addresses); ADDR_RANGE (every such
     region ``[addr, addr + size)`` must end at or below ``pmem_size``, also when empty);
@@ -488,12 +491,14 @@ def validate(desc: Mapping[str, int], *, indices: IntArray, offsets: IntArray,
     if f["kind"] not in {k.value for k in DescKind}:
         return Status.BAD_KIND
     kind = DescKind(f["kind"])
+    if kind is DescKind.MLP_CHECKPOINT:
+        return Status.UNSUPPORTED
     if kind not in (DescKind.LOOKUP, DescKind.UPDATE):
         return Status.OK
     mode = f["mode"]
     weighted = bool(f["weighted"])
     if (f["rsvd_flag"] or mode not in {m.value for m in PoolMode}
-            or not 1 <= f["dim"] <= MAX_DIM
+            or not 1 <= f["dim"] <= min(max_dim, MAX_DIM)
             or (weighted and mode != PoolMode.SUM.value)
             or (kind is DescKind.UPDATE and mode == PoolMode.MAX.value)):
         return Status.UNSUPPORTED
@@ -572,7 +577,7 @@ def random_bags(rng: np.random.Generator, num_bags: int, rows: int, *, pooling: 
     if zipf_alpha is None:
         indices = rng.integers(0, rows, total, dtype=np.int64)
     else:
-        indices = _power_law_rows(rng, total, rows, zipf_alpha)
+        indices = power_law_rows(rng, total, rows, zipf_alpha)
     if padding_idx is not None:
         pad = _pad32(padding_idx)
         indices = np.where(rng.random(total) < padding_fraction, pad, indices)
@@ -582,7 +587,7 @@ def random_bags(rng: np.random.Generator, num_bags: int, rows: int, *, pooling: 
     return _int32(indices, "indices"), _int32(offsets, "offsets")
 
 
-def _power_law_rows(rng: np.random.Generator, count: int, rows: int,
+def power_law_rows(rng: np.random.Generator, count: int, rows: int,
                     alpha: float) -> np.ndarray:
     """Rows whose ranks follow a bounded continuous power law of exponent ``alpha``
     (inverse CDF on ``[1, rows + 1)``), mapped through ``rank * a + c mod rows``."""

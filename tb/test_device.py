@@ -30,6 +30,9 @@ WITH_BAD_INPUT = TrafficMix(OutOfRange=1, Poisoned=1, EmptyPtl=0.5, ReservedReq=
 READ_HEAVY = TrafficMix(MemRd=60, MemRdData=15, MemWr=4, MemWrPtl=4, MemInv=3, MemInvNT=2,
                         MemClnEvct=3, MemSpecRd=5, BIConflict=1)
 
+#: R and B responses the device's PMEM arbiter holds in its output registers.
+ARBITER_RESPONSE_REGS = 2
+
 RESERVED_REQ = sorted(set(range(16)) - {op.value for op in M2SReqOpcode})
 RESERVED_RWD = sorted(set(range(16)) - {op.value for op in M2SRwDOpcode})
 
@@ -202,9 +205,12 @@ async def test_all_tags_in_flight(dut):
     got = accepted()
     tb.log.info("accepted %d of %d with responses paused; %d PMEM answers taken",
                 got, len(txns), taken)
-    assert got - taken == n, (
+    # The PMEM arbiter between the endpoint and PMEM registers one R beat and one B
+    # response, so up to two answers PMEM gave may not have reached the endpoint yet
+    # (their slots are still busy); STATUS.OCCUPANCY below checks the exact count.
+    assert n <= got - taken + ARBITER_RESPONSE_REGS and got - taken <= n, (
         f"{got} requests accepted and {taken} PMEM answers taken with the response "
-        f"channels paused: expected exactly max_tags={n} in flight")
+        f"channels paused: expected max_tags={n} in flight")
     before = got
     await tb.loop.wait_cycles(200)
     assert accepted() == before, "device accepted more requests while full"

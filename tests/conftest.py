@@ -37,6 +37,31 @@ def env_seed() -> int | None:
     return int(value) if value else None
 
 
+def run_cocotb_group(module: str, config: str, sim: str, group: str,
+                     testcases: list[str], params: dict) -> None:
+    """Run ``testcases`` of cocotb module ``module`` on the device built for ``config``
+    in one ``sim`` run; fail with the log's tail and the replay command unless every
+    one of them passed. The seed is ``SEED`` or a fresh one, printed."""
+    from hw.config import load_config
+    from sim import runner
+
+    require_simulator(sim)
+    seed = env_seed()
+    if seed is None:
+        seed = random.randrange(1 << 31)
+    short = module.rsplit(".", 1)[-1].removeprefix("test_")
+    print(f"{short} {config} on {sim}, group {group}: SEED={seed}")
+    result = runner.run(module, "device", load_config(config), sim, testcase=testcases,
+                        seed=seed, params=params, name=f"{short}-{group}-{seed}", quiet=True)
+    expected = len(testcases)
+    if not result.ok or result.passed != expected:
+        tail = result.log.read_text().splitlines()[-80:] if result.log.exists() else []
+        pytest.fail(f"{result.failed} of {expected} cocotb test(s) failed "
+                    f"({result.passed} passed) on {sim}, config {config}; replay with "
+                    f"SEED={seed} SIM={sim} CONFIG={config}; log {result.log}\n"
+                    + "\n".join(tail))
+
+
 @pytest.fixture
 def seed(request) -> int:
     """A random seed for this test (``SEED`` replays one), printed and recorded."""

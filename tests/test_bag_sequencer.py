@@ -180,12 +180,16 @@ ROUGH = Traffic(idle=0.3, rows_bp=0.4, status_bp=0.3, ar_bp=0.3, r_idle=0.3)
 class TB:
     """Clock, PMEM model as AXI subordinate, ``i_desc`` driver, sinks and checkers."""
 
-    def __init__(self, *, seed: int, traffic: Traffic = SMOOTH, id_width: int = 3):
+    def __init__(self, *, seed: int, traffic: Traffic = SMOOTH, id_width: int = 3,
+                 timing: PmemTiming | None = None):
         self.dut = BagSequencer(addr_width=ADDR_WIDTH, id_width=id_width)
         self.rng = random.Random(seed)
         self.model = PmemModel(size=PMEM_SIZE, rng=random.Random(seed + 1),
-                               timing=PmemTiming(read_latency=12, jitter=12))
+                               timing=timing or PmemTiming(read_latency=12, jitter=12))
         self.traffic = traffic
+        #: Per descriptor: the cycle ``i_desc`` was taken, of its first ``o_rows``
+        #: transfer (None if it has none) and of its ``o_status`` transfer.
+        self.marks: list[dict] = []
 
     def run(self, cases: list[Case], *, max_cycles: int = 200_000) -> None:
         dut, model, rng, tr = self.dut, self.model, self.rng, self.traffic
@@ -230,14 +234,18 @@ class TB:
                 assert not awvalid and not wvalid, "the sequencer must not write"
                 if cur is not None and d_ready:
                     cur = None
+                    self.marks.append({"taken": cycle, "first_row": None})
                 checks[0].observe(cycle, r_valid, r_ready, r_p)
                 checks[1].observe(cycle, s_valid, s_ready, s_p)
                 checks[2].observe(cycle, ar_valid, ar_ready,
                                   (ar_id, ar_addr, ar_len, ar_size, ar_burst))
                 if r_valid and r_ready:
                     got.append(("row", unpack(ROW, r_p)))
+                    if self.marks[-1]["first_row"] is None:
+                        self.marks[-1]["first_row"] = cycle
                 if s_valid and s_ready:
                     got.append(("status", unpack(STATUS, s_p)["status"]))
+                    self.marks[-1]["status"] = cycle
                     statuses += 1
                 if ar_valid and ar_ready:
                     model.accept_ar(ar_id, ar_addr, ar_len, cycle, size=ar_size,
@@ -432,3 +440,145 @@ def test_crafted_status(seed, status):
         cases.append(case)
         cases.append(base_case(alloc))      # a good descriptor after each one
     TB(seed=seed, traffic=ROUGH).run(cases)
+
+
+# --- the 16 lanes of pass 1 ----------------------------------------------------------
+
+#: 3 whole lines of indices and a last line of 5; offsets of 40 bags, 2.5 lines.
+LANE_INDICES = 53
+LANE_BAGS = 40
+LANE_ROWS = 1000
+
+
+def lane_case(alloc: Alloc, rng: random.Random, *, ilo: int = 0, pad: int | None = None,
+              indices=None, offsets=None) -> Case:
+    """A weighted LOOKUP of ``LANE_BAGS`` bags over ``LANE_INDICES`` indices, each buffer
+    followed by junk up to the end of its last line (past the buffer: never checked)."""
+    num_offsets = LANE_BAGS + ilo
+    if indices is None:
+        indices = [rng.randrange(LANE_ROWS) for _ in range(LANE_INDICES)]
+    if offsets is None:
+        offsets = sorted([0] + [rng.randint(0, LANE_INDICES) for _ in range(LANE_BAGS - 1)])
+        offsets += [LANE_INDICES] * ilo
+    assert len(indices) == LANE_INDICES and len(offsets) == num_offsets
+    junk = [M32, 0x80000000, LANE_ROWS, 0]
+    indices = list(indices) + [rng.choice(junk) for _ in range(-LANE_INDICES % 16)]
+    offsets = list(offsets) + [rng.choice(junk) for _ in range(-num_offsets % 16)]
+    weights = [0x3F000000 + 0x100 * i for i in range(len(indices))]
+    fields = dict(kind=DescKind.LOOKUP.value, mode=PoolMode.SUM.value, weighted=1,
+                  has_padding_idx=int(pad is not None), padding_idx=pad or 0,
+                  include_last_offset=ilo, dim=16, rows=LANE_ROWS, num_bags=LANE_BAGS,
+                  num_indices=LANE_INDICES, indices_addr=alloc(4 * len(indices)),
+                  offsets_addr=alloc(4 * len(offsets)), weights_addr=alloc(4 * len(indices)),
+                  data_addr=DATA_ADDR, table_base=TABLE_BASE)
+    return Case(fields, indices, offsets, weights)
+
+
+def lane_cases(alloc: Alloc, rng: random.Random) -> list[tuple[Case, Status]]:
+    """Bad and exempt words in every lane of a whole line and of a last partial line."""
+    S = Status
+    out = []
+    bad_values = [LANE_ROWS, LANE_ROWS + 12345, M32, 0x80000000, 0x7FFFFFFF]
+    # INDEX_RANGE at every position (lanes 0..15 of lines 0..2, lanes 0..4 of line 3).
+    for p in range(LANE_INDICES):
+        c = lane_case(alloc, rng)
+        c.indices[p] = bad_values[p % len(bad_values)]
+        out.append((c, S.INDEX_RANGE))
+    # The padding index in every lane (all indices, and all but one bad one), with a
+    # padding index that is not a valid row.
+    for pad in (M32, LANE_ROWS + 7):
+        out.append((lane_case(alloc, rng, pad=pad, indices=[pad] * LANE_INDICES), S.OK))
+        for p in (0, 7, 15, 16, 31, 47, 48, 52):
+            indices = [pad] * LANE_INDICES
+            indices[p] = pad + 1 if pad != M32 else LANE_ROWS
+            out.append((lane_case(alloc, rng, pad=pad, indices=indices), S.INDEX_RANGE))
+        indices = [rng.choice([pad, rng.randrange(LANE_ROWS)]) for _ in range(LANE_INDICES)]
+        out.append((lane_case(alloc, rng, pad=pad, indices=indices), S.OK))
+    # BAD_OFFSETS: a decrease at every position (lane 0 of a line compares with the
+    # last offset of the line before), an offset past num_indices, a negative one.
+    for ilo in (0, 1):
+        num_offsets = LANE_BAGS + ilo
+        for p in range(1, num_offsets):
+            offsets = [min(LANE_INDICES, i) for i in range(num_offsets)]
+            offsets[p] = offsets[p - 1] - 1 if offsets[p - 1] else M32
+            out.append((lane_case(alloc, rng, ilo=ilo, offsets=offsets), S.BAD_OFFSETS))
+        for p in (1, 15, 16, 17, 31, 32, num_offsets - 1):
+            offsets = [min(LANE_INDICES, i) for i in range(num_offsets)]
+            offsets[p:] = [LANE_INDICES + 1] * (num_offsets - p)
+            out.append((lane_case(alloc, rng, ilo=ilo, offsets=offsets), S.BAD_OFFSETS))
+            offsets[p:] = [0x80000000 + p] * (num_offsets - p)
+            out.append((lane_case(alloc, rng, ilo=ilo, offsets=offsets), S.BAD_OFFSETS))
+        # Offsets equal across a line boundary, and offsets[0] other than 0.
+        offsets = [0] * 16 + [LANE_INDICES] * (num_offsets - 16)
+        out.append((lane_case(alloc, rng, ilo=ilo, offsets=offsets), S.OK))
+        offsets = [1] + [LANE_INDICES] * (num_offsets - 1)
+        out.append((lane_case(alloc, rng, ilo=ilo, offsets=offsets), S.BAD_OFFSETS))
+    # include_last_offset: the last offset in lane 15 and in lane 0 of a line.
+    for num_bags in (15, 16, 31, 32):
+        for last, want in ((LANE_INDICES, S.OK), (LANE_INDICES - 1, S.BAD_OFFSETS)):
+            offsets = [min(LANE_INDICES, i) for i in range(num_bags)] + [last]
+            c = lane_case(alloc, rng, ilo=1, offsets=[0] * (LANE_BAGS + 1))
+            c.fields["num_bags"] = num_bags
+            c.offsets = offsets + [M32] * (-len(offsets) % 16)
+            out.append((c, want))
+    # A bad offset and a bad index: the offsets win.
+    c = lane_case(alloc, rng, offsets=[0] * 20 + [5, 4] + [LANE_INDICES] * 18)
+    c.indices[20] = M32
+    out.append((c, S.BAD_OFFSETS))
+    return out
+
+
+@pytest.mark.parametrize("traffic", [SMOOTH, ROUGH], ids=["smooth", "rough"])
+def test_lane_checks(seed, traffic):
+    rng = random.Random(seed)
+    alloc = Alloc(rng)
+    cases = []
+    for case, want in lane_cases(alloc, rng):
+        got = case.expected()[-1][1]
+        assert got == want.value, (f"lane case {case.fields} is {Status(got).name} for "
+                                   f"the golden model, not {want.name}")
+        cases.append(case)
+    rng.shuffle(cases)
+    TB(seed=seed, traffic=traffic).run(cases)
+
+
+# --- throughput (printed figures, not asserted) --------------------------------------
+
+def bench_case(alloc: Alloc, *, bag_len: int, num_bags: int, weighted: bool,
+               bad_last: bool = False) -> Case:
+    """A LOOKUP of ``num_bags`` bags of ``bag_len`` indices, dim 64 fp32 (4 lines a row);
+    with ``bad_last`` its very last index is out of range (so it fails after reading
+    every index: its status time is pass 1's)."""
+    rows = 5000
+    ni = bag_len * num_bags
+    indices = [(i * 7919) % rows for i in range(ni)]
+    if bad_last:
+        indices[-1] = rows
+    offsets = [b * bag_len for b in range(num_bags)]
+    weights = [0x3F000000 + i for i in range(ni)]
+    fields = dict(kind=DescKind.LOOKUP.value, mode=PoolMode.SUM.value,
+                  weighted=int(weighted), dim=64, rows=rows, num_bags=num_bags,
+                  num_indices=ni, indices_addr=alloc(4 * ni), offsets_addr=alloc(4 * num_bags),
+                  weights_addr=alloc(4 * ni), data_addr=DATA_ADDR, table_base=TABLE_BASE)
+    return Case(fields, indices, offsets, weights)
+
+
+def test_throughput(seed):
+    """Pass 1 of a 128 x 20 LOOKUP (its status time when its last index is bad, and its
+    first row's time when good), and rows/cycle overall for 4000 weighted indices in
+    bags of 50, 4 and 1, at PMEM read latency 120 and no backpressure."""
+    rng = random.Random(seed)
+    alloc = Alloc(rng)
+    cases = [bench_case(alloc, bag_len=20, num_bags=128, weighted=False, bad_last=True),
+             bench_case(alloc, bag_len=20, num_bags=128, weighted=False)]
+    cases += [bench_case(alloc, bag_len=n, num_bags=4000 // n, weighted=True)
+              for n in (50, 4, 1)]
+    tb = TB(seed=seed, timing=PmemTiming(read_latency=120))
+    tb.run(cases)
+    pass1, good, *rates = tb.marks
+    print(f"2560 indices, L=120: pass 1 {pass1['status'] - pass1['taken']} cycles "
+          f"(INDEX_RANGE on the last index); first row after "
+          f"{good['first_row'] - good['taken']} cycles")
+    for n, mark in zip((50, 4, 1), rates, strict=True):
+        cycles = mark["status"] - mark["taken"]
+        print(f"bags of {n}: 4000 rows in {cycles} cycles, {4000 / cycles:.2f} rows/cycle")

@@ -37,6 +37,12 @@ HDM_MSG = "hdm_size must be a 4 KiB multiple no larger than pmem_size (107374182
     ({"hdm_base": (1 << 52) - 4096}, "hdm_base + hdm_size must stay below 2**52"),
     ({"max_tags": 0}, "max_tags must be between 1 and 4096, not 0"),
     ({"axi_id_width": 5}, "axi_id_width must be between 6 and 16, not 5"),
+    ({"engine_lanes": 12}, "engine_lanes must be 4, 8 or 16, not 12"),
+    ({"reduce_partials": 0}, "reduce_partials must be between 1 and 8, not 0"),
+    ({"gather_rob_lines": 48}, "gather_rob_lines must be a power of two between 16 and 4096"),
+    ({"engine_max_dim": 40}, "engine_max_dim must be a multiple of 16 between 16 and 1024"),
+    ({"engine_max_dim": 2048}, "engine_max_dim must be a multiple of 16 between 16 and 1024"),
+    ({"update_cache_rows": 1}, "update_cache_rows must be a power of two between 2 and 256"),
     ({"max_tags": 300}, "axi_id_width 8 gives 256 IDs, fewer than max_tags 300"),
     ({"hazard_buckets": 12}, "hazard_buckets must be a power of two between 2 and 4096, not 12"),
     ({"csr_addr_width": 8}, "csr_addr_width must be between 12 and 24, not 8"),
@@ -68,7 +74,10 @@ def test_derived_values():
     assert config.tag_index_width == 2
     assert list(config.params()) == [
         "line_bits", "pmem_size", "hdm_base", "hdm_size", "max_tags", "axi_id_width",
-        "hazard_buckets", "csr_addr_width"]
+        "hazard_buckets", "csr_addr_width", "engine_lanes", "reduce_partials",
+        "gather_rob_lines", "engine_max_dim", "update_cache_rows"]
+    assert config.pmem_id_width == 7
+    assert config.engine_max_lines == 4
 
 
 def test_gen_cli_emits_named_modules(tmp_path):

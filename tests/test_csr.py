@@ -286,6 +286,12 @@ def test_contract_offsets_and_ports():
         "PERF_CYCLES_LO": 0x310, "PERF_CYCLES_HI": 0x314, "PERF_READS_LO": 0x318,
         "PERF_READS_HI": 0x31C, "PERF_WRITES_LO": 0x320, "PERF_WRITES_HI": 0x324,
         "PERF_BUSY_LO": 0x328, "PERF_BUSY_HI": 0x32C,
+        "ENG_RING_BASE_LO": 0x400, "ENG_RING_BASE_HI": 0x404, "ENG_RING_ORDER": 0x408,
+        "ENG_CQ_BASE_LO": 0x410, "ENG_CQ_BASE_HI": 0x414, "ENG_TAIL": 0x420,
+        "ENG_HEAD": 0x424, "ENG_STATUS": 0x428, "ENG_ERR": 0x430, "ENG_ERR_SEQ": 0x434,
+        "ENG_ERR_INFO": 0x438, "ENG_DESC_DONE_LO": 0x480, "ENG_LINES_GATHERED_LO": 0x488,
+        "ENG_BAGS_POOLED_LO": 0x490, "ENG_UPD_LINES_WRITTEN_LO": 0x498,
+        "ENG_UPD_ITEMS_LO": 0x4A0, "ENG_BUSY_LO": 0x4A8, "ENG_BUSY_HI": 0x4AC,
     }
     assert {n: regmap.offset(n) for n in expected} == expected
     bank = CsrBank(config=load_config("default"))
@@ -302,6 +308,15 @@ def test_contract_offsets_and_ports():
         "perf_ctrl": ("out", 1),
         "perf_cycles_inc": ("in", 1), "perf_reads_inc": ("in", 1),
         "perf_writes_inc": ("in", 1), "perf_busy_inc": ("in", 1),
+        "eng_ring_base_lo": ("out", 32), "eng_ring_base_hi": ("out", 16),
+        "eng_ring_order": ("out", 5), "eng_cq_base_lo": ("out", 32),
+        "eng_cq_base_hi": ("out", 16), "eng_tail": ("out", 32), "eng_head": ("in", 32),
+        "eng_status": ("in", 18), "eng_err_set": ("in", 3), "eng_err": ("out", 3),
+        "eng_err_seq_value": ("in", 32), "eng_err_seq_capture": ("in", 1),
+        "eng_err_info_value": ("in", 16), "eng_err_info_capture": ("in", 1),
+        "eng_desc_done_inc": ("in", 1), "eng_lines_gathered_inc": ("in", 1),
+        "eng_bags_pooled_inc": ("in", 1), "eng_upd_lines_written_inc": ("in", 1),
+        "eng_upd_items_inc": ("in", 1), "eng_busy_inc": ("in", 1),
     }
     status = regmap["STATUS"]
     assert (status.field("occupancy").bits, status.field("dev_load").bits) == ("[15:0]", "[17:16]")
@@ -385,7 +400,7 @@ def test_pipelined_manager(rng):
 
     async def bench(ctx):
         values = [rng.getrandbits(20) for _ in range(12)]
-        unmapped = 0x400
+        unmapped = 0x500
         writes = [(hi, v, 0xF) for v in values] + [(unmapped, 0, 0xF)]
         resps = await tb.axi.pipelined_writes(ctx, writes)
         assert resps == [OKAY] * len(values) + [SLVERR]
@@ -447,7 +462,8 @@ def test_writes_to_read_only_registers_are_ignored(rng):
 def test_unmapped_and_misaligned_give_slverr(rng, preset):
     tb = TB(rng, preset)
     top = (1 << tb.config.csr_addr_width) - 4
-    unmapped = [0x008, 0x03C, 0x0FC, 0x110, 0x184, 0x210, 0x304, 0x330, 0x400, top]
+    unmapped = [0x008, 0x03C, 0x0FC, 0x110, 0x184, 0x210, 0x304, 0x330, 0x40C, 0x4B0,
+                0x500, top]
     misaligned = [tb.map.offset("HDM_BASE_LO") + 1, tb.map.offset("HDM_BASE_LO") + 2,
                   tb.map.offset("ID") + 3, tb.map.offset("HDM_SIZE_HI") + 2]
 

@@ -14,14 +14,10 @@ replays a run; otherwise a fresh seed is drawn and printed.
 from __future__ import annotations
 
 import itertools
-import random
 
 import pytest
 
-from hw.config import load_config
-from sim import runner
-
-from .conftest import configs, env_seed, require_simulator, simulators
+from .conftest import configs, run_cocotb_group, simulators
 
 CONFIGS = configs(("default", "small", "odd"))   # CONFIG=<preset or .toml> restricts
 
@@ -62,18 +58,5 @@ GROUPS: dict[str, list[str]] = {
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("sim", simulators())
 def test_device(sim: str, config: str, group: str) -> None:
-    require_simulator(sim)
-    seed = env_seed()
-    if seed is None:
-        seed = random.randrange(1 << 31)
     n_txn = N_TXN[sim].get(config, N_TXN[sim]["small"]) if group == "random" else N_DIRECTED[sim]
-    print(f"device {config} on {sim}, group {group}: SEED={seed}")
-    result = runner.run("tb.test_device", "device", load_config(config), sim,
-                        testcase=GROUPS[group], seed=seed, params={"n_txn": n_txn},
-                        name=f"device-{group}-{seed}", quiet=True)
-    expected = len(GROUPS[group])
-    if not result.ok or result.passed != expected:
-        tail = result.log.read_text().splitlines()[-80:] if result.log.exists() else []
-        pytest.fail(f"{result.failed} of {expected} cocotb test(s) failed "
-                    f"({result.passed} passed) on {sim}, config {config}; replay with "
-                    f"SEED={seed} SIM={sim}; log {result.log}\n" + "\n".join(tail))
+    run_cocotb_group("tb.test_device", config, sim, group, GROUPS[group], {"n_txn": n_txn})

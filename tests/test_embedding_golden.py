@@ -651,10 +651,23 @@ def test_validate_bad_kind(kind):
     assert check(lookup(kind=kind, mode=3, dim=0, table_base=1), [-1], [5]) is Status.BAD_KIND
 
 
-@pytest.mark.parametrize("kind", [0, 3, 4, 5])
+@pytest.mark.parametrize("kind", [0, 3, 5])
 def test_validate_other_kinds_check_kind_only(kind):
     assert check(lookup(kind=kind, mode=3, dim=0, table_base=1, rsvd_flag=1), [-1], [5]) \
         is Status.OK
+
+
+def test_validate_mlp_checkpoint_unsupported_in_this_build():
+    assert check(lookup(kind=4, mode=3, dim=0, table_base=1, rsvd_flag=1), [-1], [5]) \
+        is Status.UNSUPPORTED
+
+
+def test_validate_device_max_dim():
+    desc = lookup(dim=65)
+    assert emb.validate(desc, indices=IDX, offsets=OFF, pmem_size=PMEM, max_dim=64) \
+        is Status.UNSUPPORTED
+    assert emb.validate(lookup(dim=64), indices=IDX, offsets=OFF, pmem_size=PMEM,
+                        max_dim=64) is check(lookup(dim=64))
 
 
 @pytest.mark.parametrize("fault", [

@@ -23,7 +23,7 @@ import pytest
 from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
-from hw.engine.pool_reduce import LINE
+from hw.engine.pool_reduce import CTRL, LINE
 from hw.engine.row_gather import ROW, UNDO, RowGather, ctrl_layout
 from tb.pmem import LINE_BYTES, PmemModel, PmemTiming
 
@@ -42,10 +42,12 @@ class Desc:
     table_id: int
     capture: int
     items: list[dict] = field(default_factory=list)
+    pool: int = 0       # the pooling settings carried through to every line as ``ctrl``
 
     def ctrl(self) -> dict:
         return {"table_base": self.table_base, "lines_per_row": self.lines_per_row,
-                "batch_id": self.batch_id, "table_id": self.table_id, "capture": self.capture}
+                "batch_id": self.batch_id, "table_id": self.table_id, "capture": self.capture,
+                "pool": self.pool}
 
 
 def bag_items(rng: random.Random, rows: int, lengths: list[int]) -> list[dict]:
@@ -71,7 +73,7 @@ def random_desc(rng: random.Random, model: PmemModel, *, lines_per_row: int, tab
     model.write(table_base, rng.randbytes(rows * lines_per_row * LINE_BYTES))
     lengths = [rng.choice([0, rng.randint(1, 4), rng.randint(0, max_len)]) for _ in range(bags)]
     return Desc(table_base, lines_per_row, rng.getrandbits(32), rng.getrandbits(16),
-                rng.randrange(2), bag_items(rng, rows, lengths))
+                rng.randrange(2), bag_items(rng, rows, lengths), rng.getrandbits(CTRL.size))
 
 
 def expected(model: PmemModel, descs: list[Desc]) -> tuple[list[dict], list[dict]]:
@@ -80,6 +82,7 @@ def expected(model: PmemModel, descs: list[Desc]) -> tuple[list[dict], list[dict
     for d in descs:
         for it in d.items:
             meta = {f: it.get(f, 0) for f in ("row_k", "last_row", "weight", "count")}
+            meta["ctrl"] = d.pool
             if it.get("empty_bag"):
                 lines.append({"data": 0, "line": 0, "empty_bag": 1, **meta})
                 continue

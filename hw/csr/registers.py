@@ -14,8 +14,8 @@ CAPTURE, PULSE and COUNTER64. Each creates the bank ports listed by
 Bits at or above a register's ``width`` are reserved: they read 0 and ignore writes.
 
 Address regions (:data:`REGIONS`): 0x000-0x0FF identification and capabilities,
-0x100-0x1FF memory endpoint, 0x200-0x2FF errors, 0x300-0x3FF performance, 0x400 and up
-reserved for the engine, checkpoint and recovery blocks.
+0x100-0x1FF memory endpoint, 0x200-0x2FF errors, 0x300-0x3FF performance, 0x400-0x4FF
+embedding engine, 0x500 and up reserved for the checkpoint and recovery blocks.
 """
 
 from __future__ import annotations
@@ -337,9 +337,12 @@ REGIONS: tuple[Region, ...] = (
            "Sticky error flags (write 1 to clear) and the first error's address and kind."),
     Region("Performance", 0x300, 0x400,
            "64-bit event counters, cleared together through PERF_CTRL."),
-    Region("Reserved", 0x400, None,
-           "Reserved for the embedding engine, checkpoint logger and recovery blocks; "
-           "accesses answer SLVERR until registers are defined here."),
+    Region("Embedding engine", 0x400, 0x500,
+           "Descriptor ring, doorbell, completion head, engine errors and counters "
+           "(docs/embedding.md, \"Descriptor ring, doorbell and completion\")."),
+    Region("Reserved", 0x500, None,
+           "Reserved for the checkpoint logger and recovery blocks; accesses answer "
+           "SLVERR until registers are defined here."),
 )
 
 
@@ -457,6 +460,11 @@ _PARAM_DOCS: Mapping[str, str] = {
     "axi_id_width": "PMEM AXI ID width.",
     "hazard_buckets": "Entries of the endpoint's same-line ordering table.",
     "csr_addr_width": "Byte-address width of the CSR port.",
+    "engine_lanes": "fp32 lanes of the engine's pooling datapath.",
+    "reduce_partials": "Partial sums per bag (P of the accumulation-order contract).",
+    "gather_rob_lines": "Table lines the gather keeps in flight.",
+    "engine_max_dim": "Largest embedding dim the engine takes.",
+    "update_cache_rows": "Rows of the UPDATE coalescing cache.",
 }
 
 _HDM_NOTE = ("The decoder uses the new value from the cycle after the write; software "
@@ -558,6 +566,79 @@ def _perf_registers() -> Iterable[Register]:
                        doc=doc)
 
 
+#: Width of the device byte addresses the engine registers hold (descriptor addresses).
+_ENG_ADDR_BITS = 48
+#: Largest ring order (2**16 descriptors).
+ENG_RING_ORDER_MAX = 16
+
+
+def _engine_registers() -> Iterable[Register]:
+    lo_mask = ((1 << DATA_WIDTH) - 1) & ~0x3F
+    for offset, name, what in ((0x400, "ENG_RING_BASE", "descriptor ring"),
+                               (0x410, "ENG_CQ_BASE", "completion-record array")):
+        yield Register(
+            f"{name}_LO", offset, Kind.RW, writable_mask=lo_mask,
+            fields=[Field("ADDR", 6, DATA_WIDTH - 6, f"Byte address bits [31:6] of the {what}.")],
+            doc=f"Device byte address of the {what}, bits [31:6] (64-byte aligned; bits [5:0] "
+                "read 0). Program while the engine is idle (`ENG_HEAD == ENG_TAIL`).")
+        yield Register(
+            f"{name}_HI", offset + 4, Kind.RW, width=_ENG_ADDR_BITS - DATA_WIDTH,
+            fields=[Field("ADDR", 0, _ENG_ADDR_BITS - DATA_WIDTH,
+                          f"Byte address bits [47:32] of the {what}.")],
+            doc=f"Device byte address of the {what}, bits [47:32].")
+    yield Register(
+        "ENG_RING_ORDER", 0x408, Kind.RW, width=5,
+        fields=[Field("ORDER", 0, 5, "The ring holds 2**ORDER descriptors (values above "
+                      f"{ENG_RING_ORDER_MAX} act as {ENG_RING_ORDER_MAX}).")],
+        doc="Size of the descriptor ring and of the completion-record array.")
+    yield Register(
+        "ENG_TAIL", 0x420, Kind.RW,
+        doc="Doorbell: descriptors written by the host, a free-running count (descriptor "
+            "`seq` lives in slot `seq mod 2**ORDER`). The engine executes every "
+            "descriptor from ENG_HEAD up to ENG_TAIL - 1.")
+    yield Register(
+        "ENG_HEAD", 0x424, Kind.RO,
+        doc="Descriptors completed, a free-running count. Everything a descriptor wrote, "
+            "and its completion record, is durable before ENG_HEAD passes it.")
+    yield Register(
+        "ENG_STATUS", 0x428, Kind.RO, width=18,
+        fields=[Field("BUSY", 0, 1, "A descriptor is being fetched or executed."),
+                Field("IN_FLIGHT", 8, 8, "Descriptors fetched and not yet completed."),
+                Field("UNDO_DROPPED", 16, 1, "An undo-capture item was dropped (no consumer "
+                      "took it in time) since reset."),
+                Field("SERIAL", 17, 1, "A serialising descriptor (UPDATE, COMMIT, FENCE) "
+                      "is waiting for earlier ones or executing.")],
+        doc="Live status of the embedding engine.")
+    yield Register(
+        "ENG_ERR", 0x430, Kind.W1C, width=3,
+        doc="Sticky engine error flags: the engine sets them, software writes 1 to clear.",
+        fields=[
+            Field("DESC_ERROR", 0, 1, "A descriptor completed with a non-zero status."),
+            Field("RING_OVERRUN", 1, 1, "A doorbell put more than 2**ORDER descriptors in "
+                  "the ring (ENG_TAIL - ENG_HEAD > 2**ORDER)."),
+            Field("PMEM_RESP", 2, 1, "PMEM answered an engine access with SLVERR or DECERR."),
+        ])
+    first = "of the first failed descriptor since ENG_ERR was last all-zero."
+    yield Register(
+        "ENG_ERR_SEQ", 0x434, Kind.CAPTURE, armed_by="ENG_ERR",
+        doc=f"Descriptor number (`seq`) {first}")
+    yield Register(
+        "ENG_ERR_INFO", 0x438, Kind.CAPTURE, width=16, armed_by="ENG_ERR",
+        fields=[Field("STATUS", 0, 8, "Completion status code (docs/embedding.md)."),
+                Field("KIND", 8, 8, "The descriptor's kind byte.")],
+        doc=f"Status and kind {first}")
+    counters = (
+        ("ENG_DESC_DONE", 0x480, "Descriptors completed."),
+        ("ENG_LINES_GATHERED", 0x488, "Table lines read by LOOKUPs."),
+        ("ENG_BAGS_POOLED", 0x490, "Pooled vectors written by LOOKUPs."),
+        ("ENG_UPD_LINES_WRITTEN", 0x498, "Table lines written by UPDATEs (after coalescing)."),
+        ("ENG_UPD_ITEMS", 0x4A0, "Gradient lines applied to rows by UPDATEs."),
+        ("ENG_BUSY", 0x4A8, "Cycles with a descriptor fetched and not completed."),
+    )
+    for name, offset, doc in counters:
+        yield Register(name, offset, Kind.COUNTER64, clear_by="PERF_CTRL", doc=doc)
+
+
 def register_map(config: DeviceConfig) -> RegisterMap:
     """The device's registers for ``config``.
 
@@ -583,5 +664,6 @@ def register_map(config: DeviceConfig) -> RegisterMap:
                  doc="Live status of the memory endpoint."),
         *_error_registers(),
         *_perf_registers(),
+        *_engine_registers(),
     ]
     return RegisterMap(regs, addr_width=config.csr_addr_width, name=config.tag)

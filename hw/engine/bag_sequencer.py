@@ -26,6 +26,12 @@ _LINE_WORDS = 16
 _BURST = 8
 #: Lines of read data each buffer reader holds (bounds its reads in flight).
 _BUF_LINES = 32
+#: Lines a reader may have in flight in pass 1, whose checks take a line per cycle
+#: (enough for line rate up to a PMEM latency of about 240 cycles).
+_FLY_LINES = 256
+_CREDIT_BITS = 10
+#: One line as a reader's ``o_line`` delivers it.
+_LINE = data.StructLayout({"data": _LINE_BITS, "mask": _LINE_WORDS, "last": 1})
 #: Bags the count scan may run ahead of the row emission.
 _BAG_FIFO = 16
 #: fp32 1.0, the weight of every row when the descriptor is not weighted.
@@ -54,15 +60,22 @@ def _widen(m: Module, value, width: int, name: str) -> Signal:
     return wide
 
 
-class _WordReader(wiring.Component):
+class _Reader(wiring.Component):
     """Reads ``count`` consecutive 32-bit words from a line-aligned PMEM buffer and
-    delivers them in order, one per cycle.
+    delivers them in order, either one word per cycle (``o_word``) or one whole line per
+    cycle (``o_line``: the 16 words, a ``mask`` of the words that belong to the buffer,
+    contiguous from word 0, and ``last`` on its last line). A buffer is consumed through
+    one of the two only.
 
     Requests bursts of up to ``_BURST`` lines (never across 4 KiB) whenever its line
     buffer has room for the whole burst (credit counted from the AR grant to the line's
     pop), so up to ``_BUF_LINES / _BURST`` bursts are in flight; all its bursts carry
-    one AXI ID, so they return in order. ``flush`` stops new requests and discards
-    data; ``idle`` is high once nothing is requested, in flight or buffered.
+    one AXI ID, so they return in order. With ``fast`` held high (allowed only while the
+    consumer takes every line the cycle it is offered, as pass 1 does) the credit is
+    ``_FLY_LINES`` instead: the buffer then holds at most the few lines of its own
+    latency, and ``_FLY_LINES / _BURST`` bursts may be in flight. ``flush`` stops new
+    requests and discards data; ``idle`` is high once nothing is requested, in flight
+    or buffered.
     """
 
     def __init__(self, addr_width: int):
@@ -72,6 +85,7 @@ class _WordReader(wiring.Component):
             "base": In(self._line_bits),   # line address of word 0
             "count": In(33),
             "flush": In(1),
+            "fast": In(1),
             "req": Out(1),
             "req_line": Out(self._line_bits),
             "req_len": Out(8),              # arlen: beats - 1
@@ -79,6 +93,7 @@ class _WordReader(wiring.Component):
             "beat": In(1),
             "data": In(_LINE_BITS),
             "o_word": Out(stream.Signature(32)),
+            "o_line": Out(stream.Signature(_LINE)),
             "idle": Out(1),
         })
 
@@ -91,19 +106,20 @@ class _WordReader(wiring.Component):
         lines_left = Signal(29)
         words_left = Signal(33)
         ptr = Signal(4)
-        reserved = Signal(range(_BUF_LINES + 1))
+        reserved = Signal(_CREDIT_BITS)
 
         # Burst length: min(lines left, _BURST, lines to the 4 KiB boundary).
         page_left = Signal(7)
         n0 = Signal(7)
         n = Signal(7)
-        after = Signal(7)
+        after = Signal(_CREDIT_BITS)
+        room = Mux(self.fast, lt_const(after, _FLY_LINES + 1), lt_const(after, _BUF_LINES + 1))
         m.d.comb += [
             page_left.eq(add(~line[:_LINE_SHIFT], 1, 7)),     # 64 - line offset in page
             n0.eq(Mux(lt_const(lines_left, _BURST), lines_left[:7], _BURST)),
             n.eq(Mux(page_left < n0, page_left, n0)),
-            after.eq(add(reserved, n, 7)),
-            self.req.eq(lines_left.any() & ~self.flush & lt_const(after, _BUF_LINES + 1)),
+            after.eq(add(reserved, n, _CREDIT_BITS)),
+            self.req.eq(lines_left.any() & ~self.flush & room),
             self.req_line.eq(line),
             self.req_len.eq(sub(n, 1, 8)),
         ]
@@ -112,25 +128,39 @@ class _WordReader(wiring.Component):
 
         m.d.comb += [buf.w_en.eq(self.beat), buf.w_data.eq(self.data)]
 
+        avail = Signal()
+        last_line = Signal()
         take = Signal()
+        take_line = Signal()
         pop = Signal()
         m.d.comb += [
-            self.o_word.valid.eq(buf.r_rdy & words_left.any() & ~self.flush),
+            avail.eq(buf.r_rdy & words_left.any() & ~self.flush),
+            last_line.eq(lt_const(words_left, _LINE_WORDS + 1)),
+            self.o_word.valid.eq(avail),
+            self.o_line.valid.eq(avail),
+            self.o_line.payload.data.eq(buf.r_data),
+            self.o_line.payload.last.eq(last_line),
             take.eq(self.o_word.valid & self.o_word.ready),
-            pop.eq((take & (ptr.all() | eq_const(words_left, 1)))
+            take_line.eq(self.o_line.valid & self.o_line.ready),
+            pop.eq((take & (ptr.all() | eq_const(words_left, 1))) | take_line
                    | (self.flush & buf.r_rdy)),
             buf.r_en.eq(pop),
         ]
+        for k in range(_LINE_WORDS):    # word k belongs to the buffer: words_left > k
+            m.d.comb += self.o_line.payload.mask[k].eq(~lt_const(words_left, k + 1))
         with m.Switch(ptr):     # a case per word: word_select's shift fails lint
             for k in range(_LINE_WORDS):
                 with m.Case(k):
                     m.d.comb += self.o_word.payload.eq(buf.r_data[32 * k:32 * (k + 1)])
         with m.If(take):
             m.d.sync += [words_left.eq(sub(words_left, 1, 33)), ptr.eq(add(ptr, 1, 4))]
+        with m.If(take_line):
+            m.d.sync += words_left.eq(Mux(last_line, 0, sub(words_left, _LINE_WORDS, 33)))
         granted = Signal(7)
-        grown = Signal(7)
-        m.d.comb += [granted.eq(Mux(self.grant, n, 0)), grown.eq(add(reserved, granted, 7))]
-        m.d.sync += reserved.eq(sub(grown, pop, 7))
+        grown = Signal(_CREDIT_BITS)
+        m.d.comb += [granted.eq(Mux(self.grant, n, 0)),
+                     grown.eq(add(reserved, granted, _CREDIT_BITS))]
+        m.d.sync += reserved.eq(sub(grown, pop, _CREDIT_BITS))
 
         with m.If(self.flush):
             m.d.sync += [lines_left.eq(0), words_left.eq(0)]
@@ -161,15 +191,19 @@ class BagSequencer(wiring.Component):
     checks"). These take two cycles.
 
     **Pass 1: validation.** The offsets (``num_bags + include_last_offset`` int32) and
-    all ``num_indices`` indices are streamed from PMEM concurrently, one word of each
-    per cycle, and checked: ``BAD_OFFSETS`` (first not 0, a decrease as int32, past
-    ``num_indices``, or with ``include_last_offset`` a last offset other than
-    ``num_indices``) takes precedence over ``INDEX_RANGE`` (an index negative as int32
-    or ``>= rows`` that is not the padding index), as the contract orders them. A
-    failing check stops further reads of its buffer (and a bad offset also stops the
-    index reads); the reads in flight are drained and discarded, so the block returns
-    to idle. Nothing is emitted on ``o_rows`` in this pass, so an UPDATE touches no row
-    of a bad descriptor, and LOOKUP shares the path.
+    all ``num_indices`` indices are streamed from PMEM concurrently, a whole 64-byte
+    line (16 words) of each per cycle, and each line is checked by 16 parallel lanes
+    (words past the end of a buffer in its last line are ignored): ``BAD_OFFSETS``
+    (first not 0, a decrease as int32, past ``num_indices``, or with
+    ``include_last_offset`` a last offset other than ``num_indices``; lane 0 compares
+    with the last offset of the line before, carried in a register) takes precedence
+    over ``INDEX_RANGE`` (an index negative as int32 or ``>= rows`` that is not the
+    padding index), as the contract orders them. The checks take every line the cycle
+    it is offered, so in this pass each reader may have up to ``_FLY_LINES`` lines in
+    flight. A failing check stops further reads of its buffer (and a bad offset also
+    stops the index reads); the reads in flight are drained and discarded, so the block
+    returns to idle. Nothing is emitted on ``o_rows`` in this pass, so an UPDATE
+    touches no row of a bad descriptor, and LOOKUP shares the path.
 
     **Pass 2: emission.** Only a descriptor that passed reads its buffers again: the
     offsets (bag boundaries), the indices twice and, when ``weighted``, the weights.
@@ -185,14 +219,19 @@ class BagSequencer(wiring.Component):
 
     **Cost.** Each buffer is read twice (the indices three times); the extra reads
     stream at full line rate, so the cost is PMEM bandwidth, not a stall per index.
-    Each reader keeps up to ``_BUF_LINES / _BURST`` = 4 bursts of 8 lines in flight
-    (AXI ID per reader: 0 offsets, 1 indices, 2 count scan, 3 weights; the bursts of
-    one ID return in order), enough to stream one word per cycle for a PMEM latency up
-    to about 380 cycles. Throughput: pass 1 takes about ``max(num_indices, num_bags) +
-    L`` cycles, pass 2 about ``num_indices + 2 * num_bags + L`` (one row per cycle,
-    plus about two cycles per bag), for PMEM read latency ``L``. Measured with
-    ``L = 120``, 4000 weighted indices: 0.47 rows/cycle overall for bags of 50, 0.39
-    for bags of 4, 0.24 for bags of 1 (RowGather takes up to one row per cycle).
+    Each reader keeps up to ``_BUF_LINES / _BURST`` = 4 bursts of 8 lines in flight in
+    pass 2 (``_FLY_LINES / _BURST`` = 32 in pass 1; AXI ID per reader: 0 offsets, 1
+    indices, 2 count scan, 3 weights; the bursts of one ID return in order), enough to
+    stream one word per cycle in pass 2 for a PMEM latency up to about 380 cycles, and
+    one line per cycle in pass 1 up to about 240. Throughput, for PMEM read latency
+    ``L``: pass 1 takes about ``(num_indices + num_bags) / 16 + L`` cycles (the line
+    reads of both buffers share the one R channel), pass 2 about ``num_indices + L``
+    (one row per cycle: a bag's end costs no cycle, an empty bag one). Measured with
+    ``L = 120``, no backpressure: pass 1 of a 128 x 20 LOOKUP (2560 indices, 169
+    lines) about 300 cycles (was 2698 checking a word per cycle; the floor is 169 + L),
+    its first row about 490 cycles after the descriptor (was 2891); 4000 weighted
+    indices: 0.87 rows/cycle overall for bags of 50, 0.86 for bags of 4, 0.82 for bags
+    of 1 (were 0.47, 0.39, 0.24; RowGather takes up to one row per cycle).
 
     **Streams and reset.** ``o_rows`` is a register loaded on ``~valid | ready``;
     ``o_status`` (exactly one per descriptor) is offered only once the last ``o_rows``
@@ -252,7 +291,7 @@ class BagSequencer(wiring.Component):
         m = Module()
         aw = self._addr_width
         pmem = self.pmem
-        readers = [_WordReader(aw) for _ in range(4)]
+        readers = [_Reader(aw) for _ in range(4)]
         for i, r in enumerate(readers):
             m.submodules[f"reader{i}"] = r
         rd_off, rd_idx, rd_scan, rd_w = (readers[i] for i in (
@@ -332,9 +371,28 @@ class BagSequencer(wiring.Component):
         # --- pass 1 state ------------------------------------------------------------
         off_first = Signal()
         off_prev = Signal(32)
-        off_left = Signal(33)
         bad_off = Signal()
         bad_idx = Signal()
+
+        # The 16 lanes of pass 1: each checks one word of the line its reader offers.
+        off_line, idx_line = rd_off.o_line.payload, rd_idx.o_line.payload
+        off_words = [off_line.data[32 * k:32 * (k + 1)] for k in range(_LINE_WORDS)]
+        off_bad = Signal(_LINE_WORDS)
+        idx_bad = Signal(_LINE_WORDS)
+        for k in range(_LINE_WORDS):
+            w = off_words[k]
+            prev = off_prev if k == 0 else off_words[k - 1]
+            # The buffer's last offset: the highest word of the mask on the last line.
+            last = off_line.mask[k] & (off_line.last if k == _LINE_WORDS - 1
+                                       else ~off_line.mask[k + 1])
+            bad = (w[31] | (w[:31] < prev[:31]) | (d.num_indices < w)
+                   | (d.include_last_offset & last & (w != d.num_indices)))
+            if k == 0:
+                bad = bad | (off_first & w.any())
+            m.d.comb += off_bad[k].eq(off_line.mask[k] & bad)
+            iw = idx_line.data[32 * k:32 * (k + 1)]
+            m.d.comb += idx_bad[k].eq(idx_line.mask[k] & (iw[31] | ~(iw < d.rows))
+                                      & ~is_pad(iw))
 
         # --- pass 2 state: count scan and emitter --------------------------------------
         m.submodules.bagq = bagq = SyncFIFOBuffered(width=64, depth=_BAG_FIFO)
@@ -396,28 +454,21 @@ class BagSequencer(wiring.Component):
                         rd_idx.start.eq(1), rd_idx.base.eq(line_of(d.indices_addr)),
                         rd_idx.count.eq(d.num_indices),
                     ]
-                    m.d.sync += [off_first.eq(1), off_prev.eq(0), off_left.eq(num_offsets),
+                    m.d.sync += [off_first.eq(1), off_prev.eq(0),
                                  bad_off.eq(0), bad_idx.eq(0)]
                     m.d.sync += state.eq(_ST_VALIDATE)
 
             with m.Case(_ST_VALIDATE):
-                w = rd_off.o_word.payload
                 m.d.comb += [
-                    rd_off.o_word.ready.eq(1), rd_idx.o_word.ready.eq(1),
+                    rd_off.fast.eq(1), rd_idx.fast.eq(1),
+                    rd_off.o_line.ready.eq(1), rd_idx.o_line.ready.eq(1),
                     rd_off.flush.eq(bad_off), rd_idx.flush.eq(bad_off | bad_idx),
                 ]
-                with m.If(rd_off.o_word.valid):
-                    last = eq_const(off_left, 1)
-                    bad = ((off_first & w.any()) | w[31] | (w[:31] < off_prev[:31])
-                           | (d.num_indices < w)
-                           | (d.include_last_offset & last & (w != d.num_indices)))
-                    m.d.sync += [off_first.eq(0), off_prev.eq(w),
-                                 off_left.eq(sub(off_left, 1, 33))]
-                    with m.If(bad):
+                with m.If(rd_off.o_line.valid):
+                    m.d.sync += [off_first.eq(0), off_prev.eq(off_words[-1])]
+                    with m.If(off_bad.any()):
                         m.d.sync += bad_off.eq(1)
-                iw = rd_idx.o_word.payload
-                with m.If(rd_idx.o_word.valid
-                          & (iw[31] | ~(iw < d.rows)) & ~is_pad(iw)):
+                with m.If(rd_idx.o_line.valid & idx_bad.any()):
                     m.d.sync += bad_idx.eq(1)
                 with m.If(rd_off.idle & rd_idx.idle):
                     with m.If(bad_off):
@@ -458,6 +509,27 @@ class BagSequencer(wiring.Component):
 
         # Count scan: offs[0] (always 0) is skipped; each later offset ends a bag, and
         # num_indices ends the last.
+        def next_bag(last_bag):
+            """Start scanning the next bag once its end is known, else wait in END."""
+            end = Mux(last_bag, d.num_indices, rd_off.o_word.payload)
+            m.d.comb += rd_off.o_word.ready.eq(~last_bag)
+            with m.If(last_bag | rd_off.o_word.valid):
+                m.d.sync += [sc_raw.eq(sub(end, sc_pos, 32)),
+                             sc_left.eq(sub(end, sc_pos, 32)),
+                             sc_cnt.eq(0), sc_pos.eq(end)]
+                m.d.sync += sc_state.eq(_SC_SCAN)
+            with m.Else():
+                m.d.sync += sc_state.eq(_SC_END)
+
+        def scan_done():
+            """The bag is queued: on to the next one in the same cycle."""
+            m.d.sync += sc_bags_left.eq(sub(sc_bags_left, 1, 32))
+            with m.If(eq_const(sc_bags_left, 1)):
+                m.d.sync += sc_done.eq(1)
+                m.d.sync += sc_state.eq(_SC_IDLE)
+            with m.Else():
+                next_bag(eq_const(sc_bags_left, 2))
+
         with m.Switch(sc_state):
             with m.Case(_SC_IDLE), m.If(start_emit):
                 m.d.sync += sc_state.eq(_SC_SKIP0)
@@ -466,68 +538,74 @@ class BagSequencer(wiring.Component):
                 with m.If(rd_off.o_word.valid):
                     m.d.sync += sc_state.eq(_SC_END)
             with m.Case(_SC_END):
-                last_bag = eq_const(sc_bags_left, 1)
-                end = Mux(last_bag, d.num_indices, rd_off.o_word.payload)
-                m.d.comb += rd_off.o_word.ready.eq(~last_bag)
-                with m.If(last_bag | rd_off.o_word.valid):
-                    m.d.sync += [sc_raw.eq(sub(end, sc_pos, 32)),
-                                 sc_left.eq(sub(end, sc_pos, 32)),
-                                 sc_cnt.eq(0), sc_pos.eq(end)]
-                    m.d.sync += sc_state.eq(_SC_SCAN)
+                next_bag(eq_const(sc_bags_left, 1))
             with m.Case(_SC_SCAN):
-                with m.If(~sc_left.any()):
+                counted = ~is_pad(rd_scan.o_word.payload)
+                cnt_next = add(sc_cnt, counted, 32)
+                last_word = eq_const(sc_left, 1)
+                with m.If(~sc_left.any()):      # an empty bag
                     m.d.comb += [bagq.w_en.eq(1), bagq.w_data.eq(Cat(sc_raw, sc_cnt))]
                     with m.If(bagq.w_rdy):
-                        m.d.sync += sc_bags_left.eq(sub(sc_bags_left, 1, 32))
-                        with m.If(eq_const(sc_bags_left, 1)):
-                            m.d.sync += sc_done.eq(1)
-                            m.d.sync += sc_state.eq(_SC_IDLE)
-                        with m.Else():
-                            m.d.sync += sc_state.eq(_SC_END)
+                        scan_done()
                 with m.Else():
-                    m.d.comb += rd_scan.o_word.ready.eq(1)
-                    with m.If(rd_scan.o_word.valid):
-                        m.d.sync += sc_left.eq(sub(sc_left, 1, 32))
-                        with m.If(~is_pad(rd_scan.o_word.payload)):
-                            m.d.sync += sc_cnt.eq(add(sc_cnt, 1, 32))
+                    # The bag's last index is taken only with room to queue the bag.
+                    take = rd_scan.o_word.valid & (~last_word | bagq.w_rdy)
+                    m.d.comb += rd_scan.o_word.ready.eq(~last_word | bagq.w_rdy)
+                    with m.If(take):
+                        m.d.sync += [sc_left.eq(sub(sc_left, 1, 32)), sc_cnt.eq(cnt_next)]
+                        with m.If(last_word):
+                            m.d.comb += [bagq.w_en.eq(1),
+                                         bagq.w_data.eq(Cat(sc_raw, cnt_next))]
+                            scan_done()
 
         # Emitter: one item per counted index, or one empty_bag item, bag by bag.
+        def pop_bag():
+            """Take the next bag from the count scan, else wait in POP."""
+            m.d.comb += bagq.r_en.eq(1)
+            with m.If(bagq.r_rdy):
+                raw, cnt = bagq.r_data[:32], bagq.r_data[32:]
+                m.d.sync += [em_left.eq(raw), em_cnt.eq(cnt), em_k.eq(0)]
+                with m.If(cnt.any()):
+                    m.d.sync += em_state.eq(_EM_ROWS)
+                with m.Else():
+                    m.d.sync += em_state.eq(_EM_EMPTY)
+            with m.Else():
+                m.d.sync += em_state.eq(_EM_POP)
+
+        def bag_done():
+            m.d.sync += em_bags_left.eq(sub(em_bags_left, 1, 32))
+            with m.If(eq_const(em_bags_left, 1)):
+                m.d.sync += em_done.eq(1)
+                m.d.sync += em_state.eq(_EM_IDLE)
+            with m.Else():
+                pop_bag()
+
         weight = Mux(d.weighted, rd_w.o_word.payload, _ONE_FP32)
         with m.Switch(em_state):
             with m.Case(_EM_IDLE), m.If(start_emit):
                 m.d.sync += em_state.eq(_EM_POP)
             with m.Case(_EM_POP):
-                m.d.comb += bagq.r_en.eq(1)
-                with m.If(bagq.r_rdy):
-                    raw, cnt = bagq.r_data[:32], bagq.r_data[32:]
-                    m.d.sync += [em_left.eq(raw), em_cnt.eq(cnt), em_k.eq(0)]
-                    with m.If(cnt.any()):
-                        m.d.sync += em_state.eq(_EM_ROWS)
-                    with m.Else():
-                        m.d.sync += em_state.eq(_EM_EMPTY)
+                pop_bag()
             with m.Case(_EM_EMPTY), m.If(out_free):
                 emit(empty_bag=1, weight=_ONE_FP32)
-                m.d.sync += em_state.eq(_EM_ROWS)
-            with m.Case(_EM_ROWS):
                 with m.If(~em_left.any()):
-                    m.d.sync += em_bags_left.eq(sub(em_bags_left, 1, 32))
-                    with m.If(eq_const(em_bags_left, 1)):
-                        m.d.sync += em_done.eq(1)
-                        m.d.sync += em_state.eq(_EM_IDLE)
-                    with m.Else():
-                        m.d.sync += em_state.eq(_EM_POP)
+                    bag_done()
                 with m.Else():
-                    iw = rd_idx.o_word.payload
-                    pad = is_pad(iw)
-                    avail = rd_idx.o_word.valid & (~d.weighted | rd_w.o_word.valid)
-                    step = avail & (pad | out_free)
-                    m.d.comb += [rd_idx.o_word.ready.eq(step),
-                                 rd_w.o_word.ready.eq(step & d.weighted)]
-                    with m.If(step):
-                        m.d.sync += em_left.eq(sub(em_left, 1, 32))
-                        with m.If(~pad):
-                            emit(row=iw, row_k=em_k[:16],
-                                 last_row=em_k == sub(em_cnt, 1, 32),
-                                 weight=weight, count=em_cnt[:16])
-                            m.d.sync += em_k.eq(add(em_k, 1, 32))
+                    m.d.sync += em_state.eq(_EM_ROWS)   # its padding indices
+            with m.Case(_EM_ROWS):
+                iw = rd_idx.o_word.payload
+                pad = is_pad(iw)
+                avail = rd_idx.o_word.valid & (~d.weighted | rd_w.o_word.valid)
+                step = avail & (pad | out_free)
+                m.d.comb += [rd_idx.o_word.ready.eq(step),
+                             rd_w.o_word.ready.eq(step & d.weighted)]
+                with m.If(step):
+                    m.d.sync += em_left.eq(sub(em_left, 1, 32))
+                    with m.If(~pad):
+                        emit(row=iw, row_k=em_k[:16],
+                             last_row=em_k == sub(em_cnt, 1, 32),
+                             weight=weight, count=em_cnt[:16])
+                        m.d.sync += em_k.eq(add(em_k, 1, 32))
+                    with m.If(eq_const(em_left, 1)):
+                        bag_done()      # and the next bag in the same cycle
         return m

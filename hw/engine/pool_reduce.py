@@ -37,6 +37,7 @@ LINE = data.StructLayout({
     "weight": 32,           # fp32, used when weighted
     "empty_bag": 1,         # a lone item standing for a bag with no counted row
     "count": 16,            # the bag's counted rows n (for mean)
+    "ctrl": CTRL,           # the descriptor's settings, carried along (not read here)
 })
 
 #: One line of a pooled vector.

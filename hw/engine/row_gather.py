@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from hw.arith.fp32 import add, at_least, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 
-from .pool_reduce import LINE, LINE_BITS
+from .pool_reduce import CTRL, LINE, LINE_BITS
 
 __all__ = ["ROW", "UNDO", "RowGather", "ctrl_layout"]
 
@@ -48,6 +48,7 @@ def ctrl_layout(addr_width: int) -> data.StructLayout:
         "batch_id": 32,
         "table_id": 16,
         "capture": 1,               # offer every line read on o_undo
+        "pool": CTRL,               # carried to every o_lines item as ``ctrl``
     })
 
 
@@ -55,7 +56,7 @@ def ctrl_layout(addr_width: int) -> data.StructLayout:
 _META = data.StructLayout({
     "row": 32, "row_k": 16, "last_row": 1, "weight": 32, "empty_bag": 1, "count": 16,
     "last_line": 8,         # lines of the row - 1 (0 for an empty bag)
-    "batch_id": 32, "table_id": 16, "capture": 1,
+    "batch_id": 32, "table_id": 16, "capture": 1, "pool": CTRL,
 })
 
 
@@ -118,9 +119,10 @@ class RowGather(wiring.Component):
 
     **Control.** ``i_ctrl`` is sampled with each ``i_rows`` transfer: ``table_base``
     and ``lines_per_row`` address the row, ``batch_id``, ``table_id`` and ``capture``
-    travel with it, so ``i_ctrl`` may change for the next descriptor as soon as its
-    last row is accepted. ``lines_per_row`` must be 1..``max_lines_per_row`` (0 is not
-    checked and misbehaves).
+    travel with it (``pool`` leaves on every line of the row as ``ctrl``, so the pooling
+    settings follow their descriptor's lines), so ``i_ctrl`` may change for the next
+    descriptor as soon as its last row is accepted. ``lines_per_row`` must be
+    1..``max_lines_per_row`` (0 is not checked and misbehaves).
 
     **Undo capture.** When ``capture`` was set for a row, each of its lines is offered
     on ``o_undo`` (``batch_id``, ``table_id``, ``row``, ``line``, ``data``) as it
@@ -330,6 +332,7 @@ class RowGather(wiring.Component):
             meta_in.batch_id.eq(ctrl.batch_id),
             meta_in.table_id.eq(ctrl.table_id),
             meta_in.capture.eq(ctrl.capture),
+            meta_in.pool.eq(ctrl.pool),
         ]
         with m.If(rows.valid & rows.ready):
             m.d.sync += [
@@ -407,6 +410,7 @@ class RowGather(wiring.Component):
             o.p.weight.eq(cur.weight),
             o.p.empty_bag.eq(cur.empty_bag),
             o.p.count.eq(cur.count),
+            o.p.ctrl.eq(cur.pool),
         ]
 
         # --- undo capture: never stalls the gather ----------------------------------------

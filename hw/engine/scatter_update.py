@@ -28,6 +28,7 @@ ITEM = data.StructLayout({
     "weight": 32,       # fp32 per-sample weight, used when ``weighted``
     "grad": LINE_BITS,  # 16 fp32 gradient elements
     "last": 1,          # final item of the descriptor: flush and complete
+    "nop": 1,           # carries no update (with ``last``: only flush and complete)
 })
 
 #: Completion of one descriptor.
@@ -129,8 +130,11 @@ class ScatterUpdate(wiring.Component):
 
     **Requirements on the input.** ``1 <= lines_per_row <= max_lines_per_row``, ``dim``
     consistent with it, ``row`` in range, items of a counted index contiguous and in
-    line order, and at least one item per descriptor (a descriptor with no counted
-    index does not involve this block).
+    line order, and a ``last`` item ending every descriptor. An item with ``nop`` set
+    updates nothing; with ``last`` it only flushes and completes, so a feeder that
+    learns of a descriptor's end after its final update (or a descriptor with no
+    counted index) ends it with a ``nop`` + ``last`` item; a ``nop`` item without
+    ``last`` is ignored.
 
     Parameters
     ----------
@@ -315,9 +319,13 @@ class ScatterUpdate(wiring.Component):
                 with m.If(i.valid):
                     m.d.sync += [cur.eq(i.p), ctrl.eq(self.i_ctrl),
                                  slot.eq(i.p.row[:slot_bits])]
-                    with m.If(~i.p.line.any()):
-                        m.d.sync += updates.eq(add(updates, 1, 32))
-                    m.d.sync += state.eq(_State.TAG)
+                    with m.If(i.p.nop & i.p.last):
+                        m.d.sync += [slot.eq(0), flushing.eq(1)]
+                        m.d.sync += state.eq(_State.F_READ)
+                    with m.Elif(~i.p.nop):
+                        with m.If(~i.p.line.any()):
+                            m.d.sync += updates.eq(add(updates, 1, 32))
+                        m.d.sync += state.eq(_State.TAG)
 
             with m.Case(_State.TAG):
                 tag = data.View(tag_layout, tag_rd.data)

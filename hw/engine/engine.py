@@ -1,0 +1,298 @@
+"""The embedding engine: descriptor ring in, LOOKUP gather-reduce and UPDATE scatter
+next to PMEM, completion records and head out (``docs/embedding.md``)."""
+
+from amaranth.hdl import C, Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from hw.arith.fp32 import add, at_least, sub
+from hw.bus.axi import AXI4Signature
+from hw.bus.axi_arbiter import AxiArbiter
+from hw.config import DeviceConfig
+
+from ..widths import eq_const, lt_const, zext
+from .bag_sequencer import STATUS, BagSequencer
+from .completion import INFO, Completion
+from .desc_fetch import RING_ORDER_MAX, DescFetch
+from .descriptor import DescKind, Descriptor, Status
+from .grad_feed import GradFeed
+from .pool_reduce import PoolReduce
+from .row_gather import UNDO, RowGather
+from .scatter_update import ScatterUpdate
+
+__all__ = ["Engine"]
+
+_LINE_BITS = 512
+#: Managers behind the engine's PMEM arbiter, in arbiter order.
+_MANAGERS = ("gather", "sequencer", "completion", "fetch", "grad", "scatter")
+#: Descriptors dispatched and not yet completed that the completion queue holds.
+_QUEUE = 8
+
+
+def _ceil_div_pow2(value, shift: int, width: int):
+    """``ceil(value / 2**shift)`` as ``width`` bits."""
+    return add(value[shift:], value[:shift].any(), width)
+
+
+class Engine(wiring.Component):
+    """Executes the descriptors of the ring (``docs/embedding.md``).
+
+    **Structure.** :class:`~.desc_fetch.DescFetch` reads descriptors ahead; the
+    dispatcher here sends LOOKUP and UPDATE to :class:`~.bag_sequencer.BagSequencer`
+    (every check, then the row stream), whose rows go to
+    :class:`~.row_gather.RowGather` and :class:`~.pool_reduce.PoolReduce` for a LOOKUP
+    or to :class:`~.grad_feed.GradFeed` and :class:`~.scatter_update.ScatterUpdate` for
+    an UPDATE; :class:`~.completion.Completion` writes the pooled vectors and the
+    completion records in ring order and advances the head. One
+    :class:`~hw.bus.axi_arbiter.AxiArbiter` (round-robin, one class) shares the PMEM
+    port between the six managers; each gets ``axi_id_width - 3`` ID bits.
+
+    **Order.** The dispatcher pre-checks what the sequencer cannot know: an unknown
+    ``kind`` (BAD_KIND), ``dim`` above ``engine_max_dim`` (UNSUPPORTED) and the kinds
+    this build does not execute (MLP_CHECKPOINT: UNSUPPORTED); such descriptors, NOP,
+    COMMIT and FENCE complete without the sequencer. LOOKUPs follow each other without
+    waiting (the pooling settings travel with the rows); UPDATE, COMMIT and FENCE wait
+    until every earlier descriptor has completed, and nothing is dispatched after them
+    until they have completed.
+
+    Members
+    -------
+    pmem : ``Out(AXI4Signature(addr_width=pmem_addr_width, data_width=512,
+    id_width=axi_id_width))``
+    ring_base, cq_base : ``In(pmem_addr_width)``
+        Byte addresses of the ring and the completion-record array.
+    ring_order, tail : ``In``
+        Ring size ``2**min(ring_order, 16)`` and the doorbell count.
+    head : ``Out(32)``
+        Descriptors completed.
+    o_undo : ``Out(stream.Signature(UNDO))``
+        LOOKUP's undo capture (:class:`~.row_gather.RowGather`).
+    busy, in_flight, serial, undo_dropped : ``Out``
+        ``ENG_STATUS`` fields.
+    err_desc, err_seq, err_info, err_overrun, err_pmem : ``Out``
+        ``ENG_ERR`` sets and the capture values.
+    ev_desc_done, ev_line_gathered, ev_bag_pooled, ev_upd_line_written,
+    ev_upd_item, ev_busy : ``Out(1)``
+        Counter increments.
+    """
+
+    def __init__(self, *, config: DeviceConfig):
+        self._config = config
+        aw = config.pmem_addr_width
+        super().__init__({
+            "pmem": Out(AXI4Signature(addr_width=aw, data_width=_LINE_BITS,
+                                      id_width=config.axi_id_width)),
+            "ring_base": In(aw),
+            "ring_order": In(5),
+            "cq_base": In(aw),
+            "tail": In(32),
+            "head": Out(32),
+            "o_undo": Out(stream.Signature(UNDO)),
+            "busy": Out(1),
+            "in_flight": Out(8),
+            "serial": Out(1),
+            "undo_dropped": Out(1),
+            "err_desc": Out(1),
+            "err_seq": Out(32),
+            "err_info": Out(16),
+            "err_overrun": Out(1),
+            "err_pmem": Out(1),
+            "ev_desc_done": Out(1),
+            "ev_line_gathered": Out(1),
+            "ev_bag_pooled": Out(1),
+            "ev_upd_line_written": Out(1),
+            "ev_upd_item": Out(1),
+            "ev_busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        aw = cfg.pmem_addr_width
+        mid = cfg.axi_id_width - (len(_MANAGERS) - 1).bit_length()
+        max_lines = cfg.engine_max_lines
+
+        m.submodules.fetch = fetch = DescFetch(addr_width=aw, id_width=mid)
+        m.submodules.sequencer = seq = BagSequencer(addr_width=aw, id_width=mid)
+        m.submodules.gather = gather = RowGather(
+            addr_width=aw, id_width=mid, rob_lines=cfg.gather_rob_lines,
+            max_lines_per_row=max_lines)
+        m.submodules.pool = pool = PoolReduce(
+            lanes=cfg.engine_lanes, partials=cfg.reduce_partials, max_lines_per_row=max_lines)
+        m.submodules.grad = grad = GradFeed(addr_width=aw, id_width=mid, max_glines=max_lines)
+        m.submodules.scatter = scatter = ScatterUpdate(
+            addr_width=aw, id_width=mid, cache_rows=cfg.update_cache_rows,
+            max_lines_per_row=max_lines)
+        m.submodules.completion = comp = Completion(addr_width=aw, id_width=mid)
+        m.submodules.arbiter = arb = AxiArbiter(
+            addr_width=aw, data_width=_LINE_BITS, id_width=mid,
+            priorities=[0] * len(_MANAGERS))
+        m.submodules.info_q = info_q = SyncFIFOBuffered(width=INFO.size, depth=_QUEUE)
+        m.submodules.status_q = status_q = SyncFIFOBuffered(width=STATUS.size, depth=_QUEUE)
+
+        blocks = {"gather": gather, "sequencer": seq, "completion": comp, "fetch": fetch,
+                  "grad": grad, "scatter": scatter}
+        for i, name in enumerate(_MANAGERS):
+            wiring.connect(m, blocks[name].pmem, getattr(arb, f"m{i}"))
+        wiring.connect(m, arb.sub, wiring.flipped(self.pmem))
+
+        m.d.comb += [
+            fetch.ring_base.eq(self.ring_base),
+            fetch.ring_order.eq(self.ring_order),
+            fetch.tail.eq(self.tail),
+            comp.cq_base.eq(self.cq_base),
+            comp.ring_order.eq(self.ring_order),
+        ]
+
+        # --- dispatch -------------------------------------------------------------------
+        f = fetch.o_desc
+        d = f.p.desc
+        kind = d.kind
+        is_lookup = eq_const(kind, DescKind.LOOKUP.value)
+        is_update = eq_const(kind, DescKind.UPDATE.value)
+        known = lt_const(kind, max(k.value for k in DescKind) + 1)
+        too_big = at_least(d.dim, cfg.engine_max_dim + 1)
+        executes = (is_lookup | is_update) & ~too_big
+        serialising = (is_update | eq_const(kind, DescKind.COMMIT.value)
+                       | eq_const(kind, DescKind.FENCE.value))
+        pre = Signal(8)
+        m.d.comb += pre.eq(Mux(~known, C(Status.BAD_KIND.value, 8),
+                               Mux(too_big & (is_lookup | is_update)
+                                   | eq_const(kind, DescKind.MLP_CHECKPOINT.value),
+                                   C(Status.UNSUPPORTED.value, 8), C(Status.OK.value, 8))))
+
+        outstanding = Signal(8)         # dispatched, not completed
+        serial = Signal()               # a serialising descriptor is outstanding
+        go = Signal()
+        m.d.comb += go.eq(f.valid & info_q.w_rdy
+                          & Mux(serialising, ~outstanding.any(), ~serial)
+                          & (~executes | seq.i_desc.ready))
+        info = INFO(info_q.w_data)
+        m.d.comb += [
+            f.ready.eq(go),
+            info_q.w_en.eq(go),
+            info.seq.eq(f.p.seq),
+            info.kind.eq(kind),
+            info.table_id.eq(d.table_id),
+            info.batch_id.eq(d.batch_id),
+            info.cookie.eq(d.cookie),
+            info.pre_status.eq(pre),
+            info.via_seq.eq(executes),
+            info.lookup.eq(is_lookup),
+            info.update.eq(is_update),
+            info.num_bags.eq(d.num_bags),
+            info.data_addr.eq(d.data_addr),
+            info.dim.eq(d.dim),
+            info.bf16.eq(d.bf16),
+            seq.i_desc.valid.eq(go & executes),
+            seq.i_desc.payload.eq(d),
+        ]
+        cur = Signal(Descriptor)        # the descriptor last sent to the sequencer
+        cur_update = Signal()
+        start_grad = Signal()
+        m.d.sync += start_grad.eq(0)
+        with m.If(go & executes):
+            m.d.sync += [cur.eq(d), cur_update.eq(is_update), start_grad.eq(is_update)]
+        done = comp.complete
+        with m.If(go & ~done):
+            m.d.sync += outstanding.eq(add(outstanding, 1, 8))
+        with m.Elif(~go & done):
+            m.d.sync += outstanding.eq(sub(outstanding, 1, 8))
+        with m.If(go & serialising):
+            m.d.sync += serial.eq(1)
+        with m.Elif(done & eq_const(outstanding, 1) & ~go):
+            m.d.sync += serial.eq(0)
+
+        # --- the sequencer's rows: to the gather (LOOKUP) or the gradient feed (UPDATE)
+        rows = seq.o_rows
+        m.d.comb += [
+            gather.i_rows.payload.eq(rows.payload),
+            grad.i_rows.payload.eq(rows.payload),
+            gather.i_rows.valid.eq(rows.valid & ~cur_update),
+            grad.i_rows.valid.eq(rows.valid & cur_update),
+            rows.ready.eq(Mux(cur_update, grad.i_rows.ready, gather.i_rows.ready)),
+        ]
+        lpr_fp32 = Signal(9)
+        lpr_bf16 = Signal(9)
+        m.d.comb += [
+            lpr_fp32.eq(_ceil_div_pow2(cur.dim, 4, 9)),
+            lpr_bf16.eq(_ceil_div_pow2(cur.dim, 5, 9)),
+        ]
+        lpr = Signal(9)
+        m.d.comb += lpr.eq(Mux(cur.bf16, lpr_bf16, lpr_fp32))
+        gc = gather.i_ctrl
+        m.d.comb += [
+            gc.table_base.eq(cur.table_base[:aw]),
+            gc.lines_per_row.eq(lpr),
+            gc.batch_id.eq(cur.batch_id),
+            gc.table_id.eq(cur.table_id),
+            gc.capture.eq(cur.capture_undo),
+            gc.pool.mode.eq(cur.mode),
+            gc.pool.weighted.eq(cur.weighted),
+            gc.pool.bf16.eq(cur.bf16),
+            gc.pool.lines_per_row.eq(lpr),
+        ]
+        wiring.connect(m, gather.o_lines, pool.i_lines)
+        m.d.comb += pool.i_ctrl.eq(gather.o_lines.payload.ctrl)
+        wiring.connect(m, pool.o_pooled, comp.i_pooled)
+        wiring.connect(m, gather.o_undo, wiring.flipped(self.o_undo))
+
+        sc = scatter.i_ctrl
+        m.d.comb += [
+            grad.start.eq(start_grad),
+            grad.data_addr.eq(cur.data_addr[:aw]),
+            grad.glines.eq(lpr_fp32),
+            grad.items.eq(Mux(cur.bf16, Cat(C(0, 1), lpr_bf16), lpr_fp32)),
+            grad.finish.eq(comp.upd_finish),
+            sc.table_base.eq(cur.table_base[:aw]),
+            sc.lines_per_row.eq(lpr),
+            sc.bf16.eq(cur.bf16),
+            sc.weighted.eq(cur.weighted),
+            sc.dim.eq(cur.dim),
+        ]
+        wiring.connect(m, grad.o_items, scatter.i_items)
+        wiring.connect(m, scatter.o_done, comp.i_done)
+
+        # --- statuses and completion ------------------------------------------------------
+        m.d.comb += [
+            status_q.w_en.eq(seq.o_status.valid),
+            status_q.w_data.eq(seq.o_status.payload),
+            seq.o_status.ready.eq(status_q.w_rdy),
+            comp.i_status.valid.eq(status_q.r_rdy),
+            comp.i_status.payload.eq(status_q.r_data),
+            status_q.r_en.eq(comp.i_status.ready),
+            comp.i_info.valid.eq(info_q.r_rdy),
+            comp.i_info.payload.eq(info_q.r_data),
+            info_q.r_en.eq(comp.i_info.ready),
+            self.head.eq(comp.head),
+        ]
+
+        # --- status, errors, events -------------------------------------------------------
+        axi = self.pmem
+        size = Signal(RING_ORDER_MAX + 1)
+        m.d.comb += size.eq(Cat(*[eq_const(self.ring_order, i) for i in range(RING_ORDER_MAX)],
+                                at_least(self.ring_order, RING_ORDER_MAX)))
+        pending = Signal(32)
+        m.d.comb += pending.eq(sub(self.tail, comp.head, 32))
+        m.d.comb += [
+            self.busy.eq(fetch.busy | outstanding.any()),
+            self.in_flight.eq(outstanding),
+            self.serial.eq(serial),
+            self.undo_dropped.eq(gather.undo_dropped),
+            self.err_desc.eq(done & comp.status.any()),
+            self.err_seq.eq(comp.seq),
+            self.err_info.eq(Cat(comp.status, comp.kind)),
+            self.err_overrun.eq(pending > zext(size, 32)),
+            self.err_pmem.eq((axi.rvalid & axi.rready & axi.rresp.any())
+                             | (axi.bvalid & axi.bready & axi.bresp.any())),
+            self.ev_desc_done.eq(done),
+            self.ev_line_gathered.eq(gather.o_lines.valid & gather.o_lines.ready
+                                     & ~gather.o_lines.payload.empty_bag),
+            self.ev_bag_pooled.eq(comp.bag_written),
+            self.ev_upd_line_written.eq(scatter.pmem.awvalid & scatter.pmem.awready),
+            self.ev_upd_item.eq(grad.o_items.valid & grad.o_items.ready
+                                & ~grad.o_items.payload.nop),
+            self.ev_busy.eq(outstanding.any()),
+        ]
+        return m

@@ -1,0 +1,123 @@
+"""cocotb benchmarks of the embedding engine (``make bench`` via ``sim/bench.py``).
+
+Each test writes its figures as JSON to the path in the ``out`` test parameter; no
+figure is asserted here (tests check, benchmarks measure), but every descriptor is still
+checked bit for bit by :class:`~tb.engine_driver.EngineDriver` while it is measured.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import cocotb
+import numpy as np
+
+from sim import embedding as emb
+from sim.embedding import FP32, LINE_BYTES
+from tb import env
+from tb.bench_mem import BENCH_TIMING
+from tb.device_tb import DeviceTB
+from tb.engine_driver import Batch, EngineDriver, random_table
+
+
+def _write(result: dict) -> None:
+    out = Path(env.params()["out"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _fixed_bags(rng, num_bags: int, pooling: int, rows: int, zipf: float | None) -> Batch:
+    """``num_bags`` bags of exactly ``pooling`` rows (uniform, or power-law indices)."""
+    n = num_bags * pooling
+    if zipf is None:
+        idx = rng.integers(0, rows, n).astype(np.int32)
+    else:
+        idx = emb.power_law_rows(rng, n, rows, zipf).astype(np.int32)
+    offsets = (np.arange(num_bags) * pooling).astype(np.int32)
+    return Batch(idx, offsets)
+
+
+async def _started(dut, name: str, rows: int, dim: int):
+    tb = DeviceTB(dut, name, timing=BENCH_TIMING)
+    await tb.start()
+    drv = EngineDriver(tb, ring_order=6, heap_end=tb.config.pmem_size)
+    await drv.setup()
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    table = await drv.add_table(random_table(rng, rows, dim, FP32))
+    return tb, drv, rng, table
+
+
+async def _run_timed(tb: DeviceTB, drv: EngineDriver) -> int:
+    """Ring the doorbell and return the cycles until the head reaches the tail
+    (polled every 16 cycles)."""
+    start = tb.loop.cycle
+    await drv.ring()
+    await drv.wait(timeout=5_000_000, poll=16)
+    return tb.loop.cycle - start
+
+
+@cocotb.test()
+async def bench_gather(dut):
+    """LOOKUP utilization: ``n_desc`` LOOKUPs of ``batch`` bags of exactly ``pooling``
+    uniformly random rows each (dim ``dim`` fp32) in one doorbell, PMEM read latency
+    120 cycles at one line per cycle peak. Utilization = table lines delivered per
+    cycle from the doorbell to the last completion, divided by the PMEM peak."""
+    p = env.params()
+    pooling, batch, n_desc = int(p["pooling"]), int(p.get("batch", 128)), int(p["n_desc"])
+    dim, rows = int(p.get("dim", 64)), int(p.get("rows", 20000))
+    tb, drv, rng, table = await _started(dut, f"bench_gather_p{pooling}", rows, dim)
+    await tb.csr.write("PERF_CTRL", 1)
+    for i in range(n_desc):
+        await drv.lookup(table, _fixed_bags(rng, batch, pooling, rows, None), batch_id=i)
+    lines_before = tb.pmem.stats.lines_read
+    wall = time.monotonic()
+    cycles = await _run_timed(tb, drv)
+    wall = time.monotonic() - wall
+    gathered = await tb.csr.read64("ENG_LINES_GATHERED")
+    expected = n_desc * batch * pooling * emb.lines_per_row(dim, FP32)
+    assert gathered == expected, (gathered, expected)
+    peak = BENCH_TIMING.peak_lines_per_cycle
+    all_lines = tb.pmem.stats.lines_read - lines_before
+    _write({
+        "pooling": pooling, "batch": batch, "descriptors": n_desc, "dim": dim,
+        "dtype": "fp32", "table_rows": rows, "lanes": tb.config.engine_lanes,
+        "pmem_read_latency": BENCH_TIMING.read_latency,
+        "pmem_peak_lines_per_cycle": peak,
+        "cycles": cycles, "table_lines": gathered,
+        "utilization": round(gathered / (cycles * peak), 4),
+        "all_read_lines": all_lines,
+        "all_read_utilization": round(all_lines / (cycles * peak), 4),
+        "descriptors_checked": drv.checked,
+        "sim_cycles_per_second": round(cycles / wall),
+    })
+
+
+@cocotb.test()
+async def bench_update(dut):
+    """UPDATE coalescing: one UPDATE of ``batch`` bags of exactly ``pooling`` rows with
+    Zipf(``zipf``) indices over ``rows`` rows (dim ``dim`` fp32). Saving = 1 - row
+    writes to PMEM / counted row updates, as the completion record reports them."""
+    p = env.params()
+    pooling, batch = int(p.get("pooling", 20)), int(p.get("batch", 128))
+    dim, rows, alpha = int(p.get("dim", 64)), int(p.get("rows", 20000)), float(p["zipf"])
+    tb, drv, rng, table = await _started(dut, "bench_update", rows, dim)
+    bags = _fixed_bags(rng, batch, pooling, rows, alpha)
+    grads = (rng.standard_normal((batch, dim)) * 0.01).astype(np.float32)
+    exp = await drv.update(table, bags, grads)
+    cycles = await _run_timed(tb, drv)
+    rec = drv.record(exp.seq)
+    ideal = emb.coalesce_stats(bags.indices, bags.offsets)
+    lpr = emb.lines_per_row(dim, FP32)
+    _write({
+        "pooling": pooling, "batch": batch, "dim": dim, "table_rows": rows, "zipf_alpha": alpha,
+        "cache_rows": tb.config.update_cache_rows,
+        "updates": rec["updates"], "rows_written": rec["rows_written"],
+        "distinct_rows": ideal.distinct_rows,
+        "write_saving": round(1 - rec["rows_written"] / rec["updates"], 4),
+        "write_saving_ideal": round(ideal.write_saving, 4),
+        "cycles": cycles,
+        "cycles_per_gradient_line": round(cycles / (rec["updates"] * lpr), 2),
+        "bytes_per_row": lpr * LINE_BYTES,
+    })

@@ -1,0 +1,427 @@
+"""The host driver of the embedding engine, and the expectations it checks.
+
+:class:`EngineDriver` lays out device memory, writes tables, buffers and descriptors
+(through CXL.mem like a real driver, or through the PMEM model's backdoor to save
+simulation time), rings the doorbell, waits for the completion head and checks each
+descriptor against the golden models of :mod:`sim.embedding`, which are written from
+``docs/embedding.md`` and not from the RTL:
+
+* the completion record, field by field;
+* a LOOKUP's pooled vectors, bit for bit, padding bytes included (zero);
+* an UPDATE's table, bit for bit, padding included (unchanged); a failed descriptor
+  leaves every table byte as it was;
+* ``rows_written`` against a model of the documented direct-mapped row cache, and
+  ``updates`` against the counted indices.
+
+Every byte the engine writes is also set in the host agent's golden memory when its
+descriptor completes, so host reads of pooled vectors and tables stay checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hw.cxl.messages import Codec
+from hw.engine.completion import RECORD
+from hw.engine.descriptor import DescKind, PoolMode, Status, pack_descriptor
+from sim import embedding as emb
+from sim.embedding import BF16, LINE_BYTES
+
+__all__ = ["Batch", "DeviceHeap", "EngineDriver", "Expect", "Table", "direct_mapped_misses",
+           "random_table"]
+
+_RECORD = Codec(RECORD)
+
+
+class DeviceHeap:
+    """Bump allocator of 64-byte aligned regions of device memory ``[start, end)``."""
+
+    def __init__(self, start: int, end: int):
+        self.start = self.next = -(-start // LINE_BYTES) * LINE_BYTES
+        self.end = end
+
+    def release(self, mark: int) -> None:
+        """Free everything allocated after ``mark`` (a former :attr:`next`)."""
+        if not self.start <= mark <= self.next:
+            raise ValueError(f"mark {mark:#x} outside {self.start:#x}..{self.next:#x}")
+        self.next = mark
+
+    def alloc(self, nbytes: int) -> int:
+        addr = self.next
+        size = max(LINE_BYTES, -(-nbytes // LINE_BYTES) * LINE_BYTES)
+        if addr + size > self.end:
+            raise MemoryError(f"device memory full: {nbytes} bytes asked at {addr:#x}, "
+                              f"end {self.end:#x}")
+        self.next = addr + size
+        return addr
+
+
+@dataclass
+class Table:
+    """An embedding table in device memory and its expected content."""
+    base: int
+    data: np.ndarray            # rows x dim, float32 or bfloat16: what PMEM must hold
+    table_id: int
+    image0: bytes = b""         # the first image, its padding random (must never change)
+
+    @property
+    def rows(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.data.shape[1]
+
+    @property
+    def bf16(self) -> bool:
+        return self.data.dtype == BF16
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * emb.lines_per_row(self.dim, self.data.dtype) * LINE_BYTES
+
+
+def random_table(rng: np.random.Generator, rows: int, dim: int, dtype, *,
+                 specials: bool = False) -> np.ndarray:
+    """Random finite values of mixed magnitudes (with ``specials``: also ±0, subnormals,
+    ±inf and NaN sprinkled in)."""
+    values = (rng.standard_normal((rows, dim)) * np.exp2(rng.integers(-8, 8, (rows, dim))))
+    table = values.astype(np.float32)
+    if specials:
+        pick = rng.random((rows, dim))
+        table[pick < 0.01] = np.float32(1e-40)          # subnormal
+        table[(pick >= 0.01) & (pick < 0.02)] = -0.0
+        table[(pick >= 0.02) & (pick < 0.022)] = np.inf
+        table[(pick >= 0.022) & (pick < 0.023)] = np.nan
+    return table.astype(dtype)
+
+
+def direct_mapped_misses(rows: list[int], cache_rows: int) -> int:
+    """Row fetches (hence write-backs) of UPDATE's direct-mapped row cache, which starts
+    empty for every descriptor: row ``r`` lives in slot ``r mod cache_rows``."""
+    tags: dict[int, int] = {}
+    misses = 0
+    for r in rows:
+        slot = r % cache_rows
+        if tags.get(slot) != r:
+            tags[slot] = r
+            misses += 1
+    return misses
+
+
+@dataclass
+class Batch:
+    """Bags in PyTorch EmbeddingBag form (int32 indices and offsets)."""
+    indices: np.ndarray
+    offsets: np.ndarray
+    include_last_offset: bool = False
+    weights: np.ndarray | None = None
+    padding_idx: int | None = None
+
+    @property
+    def num_bags(self) -> int:
+        return len(self.offsets) - int(self.include_last_offset)
+
+    def counted_rows(self) -> list[int]:
+        return [i for bag in emb.bags(self.indices, self.offsets, None, self.include_last_offset,
+                                      self.padding_idx) for i in bag]
+
+
+@dataclass
+class Expect:
+    """What one submitted descriptor must do."""
+    seq: int
+    fields: dict
+    status: Status
+    kind: int
+    table: Table | None = None
+    out_addr: int | None = None
+    out_image: bytes | None = None       # LOOKUP: the pooled vectors' exact bytes
+    table_after: np.ndarray | None = None   # the model's table after this descriptor
+    wrote_table: bool = False               # a successful UPDATE
+    bags: int = 0
+    rows_written: int = 0
+    updates: int = 0
+    notes: list = field(default_factory=list)
+
+
+class EngineDriver:
+    """Drives the engine of a :class:`~tb.device_tb.DeviceTB` (``tb``).
+
+    Parameters
+    ----------
+    tb:
+        The device test bench (CSRs, PMEM model, host agent).
+    ring_order:
+        The ring holds ``2**ring_order`` descriptors.
+    via_cxl:
+        Write descriptors, buffers and tables with CXL.mem writes (waiting for each
+        write's completion before the doorbell, as the driver contract says) instead of
+        the PMEM backdoor.
+    heap_start:
+        First device byte the driver may use (the rest of the HDM window above it).
+    """
+
+    def __init__(self, tb, *, ring_order: int = 4, via_cxl: bool = False,
+                 heap_start: int = 0, heap_end: int | None = None):
+        self.tb = tb
+        self.cfg = tb.config
+        self.order = ring_order
+        self.via_cxl = via_cxl
+        end = heap_end if heap_end is not None else self.cfg.hdm_size
+        self.heap = DeviceHeap(heap_start, end)
+        self.ring_addr = self.heap.alloc(LINE_BYTES << ring_order)
+        self.cq_addr = self.heap.alloc(LINE_BYTES << ring_order)
+        self.tail = 0
+        self.head = 0
+        self.completed = 0          # descriptors waited for and checked
+        self.flow_control = True
+        self.pending: list[Expect] = []
+        self.checked = 0
+        self._next_table_id = 1
+
+    # --- memory -------------------------------------------------------------------------
+    async def setup(self) -> None:
+        csr = self.tb.csr
+        await csr.write("ENG_RING_BASE_LO", self.ring_addr & 0xFFFF_FFFF)
+        await csr.write("ENG_RING_BASE_HI", self.ring_addr >> 32)
+        await csr.write("ENG_CQ_BASE_LO", self.cq_addr & 0xFFFF_FFFF)
+        await csr.write("ENG_CQ_BASE_HI", self.cq_addr >> 32)
+        await csr.write("ENG_RING_ORDER", self.order)
+
+    async def put(self, addr: int, data: bytes) -> None:
+        """Make ``data`` (whole lines from a 64-byte aligned ``addr``) durable in device
+        memory and known to the host agent's golden memory."""
+        assert addr % LINE_BYTES == 0, f"unaligned put at {addr:#x}"
+        data = data + bytes(-len(data) % LINE_BYTES)
+        agent = self.tb.agent
+        if self.via_cxl:
+            txns = [agent.write(agent.host_line(addr // LINE_BYTES + i),
+                                data[i * LINE_BYTES:(i + 1) * LINE_BYTES])
+                    for i in range(len(data) // LINE_BYTES)]
+            for t in txns:
+                await t
+        else:
+            self.tb.pmem.write(addr, data)
+            for i in range(len(data) // LINE_BYTES):
+                agent.golden.set(addr // LINE_BYTES + i,
+                                 data[i * LINE_BYTES:(i + 1) * LINE_BYTES])
+
+    def expect_written(self, addr: int, data: bytes) -> None:
+        """The engine wrote ``data`` at ``addr``: the host's golden memory follows."""
+        for i in range(len(data) // LINE_BYTES):
+            self.tb.agent.golden.set(addr // LINE_BYTES + i,
+                                     data[i * LINE_BYTES:(i + 1) * LINE_BYTES])
+
+    def image(self, addr: int, nbytes: int) -> bytes:
+        return self.tb.pmem.read(addr, nbytes)
+
+    async def add_table(self, data: np.ndarray, *, rng: np.random.Generator | None = None
+                        ) -> Table:
+        """Place a table (rows x dim, float32 or bfloat16) in device memory. With ``rng``
+        the row padding holds random bytes, which the engine must neither pool (pooled
+        padding is zero) nor change."""
+        nbytes = data.shape[0] * emb.lines_per_row(data.shape[1], data.dtype) * LINE_BYTES
+        noise = rng.bytes(nbytes) if rng is not None else None
+        image = emb.pack_rows(data, base=noise)
+        table = Table(self.heap.alloc(len(image)), data.copy(), self._next_table_id, image)
+        self._next_table_id += 1
+        await self.put(table.base, image)
+        return table
+
+    async def buffer(self, raw: bytes) -> int:
+        """A new buffer holding ``raw``."""
+        addr = self.heap.alloc(len(raw))
+        if raw:
+            await self.put(addr, raw)
+        return addr
+
+    # --- descriptors ----------------------------------------------------------------------
+    async def lookup(self, table: Table, batch: Batch, *, mode: PoolMode = PoolMode.SUM,
+                     batch_id: int = 0, capture_undo: bool = False, **override) -> Expect:
+        """Lay out a LOOKUP's buffers and queue its descriptor (see :meth:`ring`).
+        ``override`` replaces descriptor fields (for bad-input tests)."""
+        kind = override.pop("kind", DescKind.LOOKUP)
+        return await self._bags_descriptor(kind, table, batch, mode=mode,
+                                           batch_id=batch_id, capture_undo=capture_undo,
+                                           grads=None, **override)
+
+    async def update(self, table: Table, batch: Batch, grads: np.ndarray, *,
+                     mode: PoolMode = PoolMode.SUM, batch_id: int = 0, **override) -> Expect:
+        """Lay out an UPDATE's buffers (``grads``: num_bags x dim fp32) and queue it."""
+        kind = override.pop("kind", DescKind.UPDATE)
+        return await self._bags_descriptor(kind, table, batch, mode=mode,
+                                           batch_id=batch_id, capture_undo=False,
+                                           grads=grads, **override)
+
+    async def _bags_descriptor(self, kind: DescKind, table: Table, batch: Batch, *, mode,
+                               batch_id, capture_undo, grads, **override) -> Expect:
+        num_bags = batch.num_bags
+        idx_addr = await self.buffer(batch.indices.astype("<i4").tobytes())
+        off_addr = await self.buffer(batch.offsets.astype("<i4").tobytes())
+        w_addr = (await self.buffer(np.asarray(batch.weights).astype("<f4").tobytes())
+                  if batch.weights is not None else 0)
+        if grads is None:           # laid out as a LOOKUP (whatever ``kind`` says)
+            out_bytes = num_bags * emb.lines_per_row(table.dim, table.data.dtype) * LINE_BYTES
+            data_addr = self.heap.alloc(out_bytes)
+            # Poison the output buffer so that unwritten padding would show.
+            await self.put(data_addr, bytes([0xA5]) * max(out_bytes, LINE_BYTES))
+        else:
+            # One fp32 vector per bag, each padded to whole lines.
+            data_addr = await self.buffer(emb.pack_rows(np.asarray(grads, np.float32)))
+        fields = dict(
+            kind=kind, mode=mode, weighted=int(batch.weights is not None),
+            has_padding_idx=int(batch.padding_idx is not None),
+            include_last_offset=int(batch.include_last_offset),
+            capture_undo=int(capture_undo), bf16=int(table.bf16), table_id=table.table_id,
+            batch_id=batch_id, table_base=table.base, dim=table.dim, rows=table.rows,
+            padding_idx=(batch.padding_idx or 0) & 0xFFFF_FFFF, num_bags=num_bags,
+            num_indices=len(batch.indices), indices_addr=idx_addr, offsets_addr=off_addr,
+            weights_addr=w_addr, data_addr=data_addr,
+            cookie=(self.tail * 0x9E3779B97F4A7C15 + 1) & (2**64 - 1))
+        fields.update(override)
+        exp = self.expect(fields, batch=batch, table=table, grads=grads)
+        await self.queue(fields, exp)
+        return exp
+
+    def expect(self, fields: dict, *, batch: Batch | None = None, table: Table | None = None,
+               grads=None) -> Expect:
+        """The expectation of descriptor ``fields`` from the golden models."""
+        kind = int(getattr(fields.get("kind", 0), "value", fields.get("kind", 0)))
+        norm = {k: int(getattr(v, "value", v)) for k, v in fields.items()}
+        if batch is not None:
+            status = emb.validate(norm, indices=batch.indices, offsets=batch.offsets,
+                                  pmem_size=self.cfg.pmem_size, max_dim=self.cfg.engine_max_dim)
+        else:
+            status = emb.validate(norm, indices=[], offsets=[], pmem_size=self.cfg.pmem_size,
+                                  max_dim=self.cfg.engine_max_dim)
+        exp = Expect(seq=self.tail, fields=norm, status=status, kind=kind & 0xFF, table=table,
+                     table_after=table.data if table is not None else None)
+        if status is not Status.OK or batch is None:
+            return exp
+        mode = PoolMode(norm["mode"])
+        if kind == DescKind.LOOKUP.value:
+            pooled = emb.pool(table.data, batch.indices, batch.offsets, mode=mode,
+                              weights=batch.weights, padding_idx=batch.padding_idx,
+                              include_last_offset=batch.include_last_offset,
+                              partials=self.cfg.reduce_partials)
+            exp.out_addr = norm["data_addr"]
+            exp.out_image = emb.pack_rows(pooled)
+            exp.bags = batch.num_bags
+        elif kind == DescKind.UPDATE.value:
+            # The model executes in ring order: later descriptors see the new rows.
+            table.data = exp.table_after = emb.update(
+                table.data, batch.indices, batch.offsets, np.asarray(grads, np.float32),
+                weights=batch.weights, padding_idx=batch.padding_idx,
+                include_last_offset=batch.include_last_offset)
+            exp.wrote_table = True
+            counted = batch.counted_rows()
+            exp.updates = len(counted)
+            exp.rows_written = direct_mapped_misses(counted, self.cfg.update_cache_rows)
+        return exp
+
+    async def plain(self, kind: int, **fields) -> Expect:
+        """Queue a descriptor with no buffers (NOP, FENCE, COMMIT, a bad kind...)."""
+        fields = dict(kind=kind, cookie=self.tail + 0x1234, **fields)
+        exp = self.expect(fields)
+        await self.queue(fields, exp)
+        return exp
+
+    async def queue(self, fields: dict, exp: Expect) -> None:
+        """Write the descriptor into its ring slot (the doorbell comes with :meth:`ring`).
+        With :attr:`flow_control` (default) a full ring is first run and drained, as a
+        driver must; without it the ring can be overrun on purpose."""
+        if self.flow_control and self.tail - self.completed >= 1 << self.order:
+            await self.run()
+        slot = self.tail % (1 << self.order)
+        await self.put(self.ring_addr + slot * LINE_BYTES, pack_descriptor(**fields))
+        self.pending.append(exp)
+        self.tail += 1
+
+    async def ring(self) -> None:
+        """Doorbell: every queued descriptor is durable, so publish the tail."""
+        await self.tb.csr.write("ENG_TAIL", self.tail & 0xFFFF_FFFF)
+
+    async def wait(self, *, timeout: int = 200_000, poll: int = 64) -> None:
+        """Wait until the head reaches the tail, then check every completed descriptor."""
+        loop = self.tb.loop
+        start = loop.cycle
+        while True:
+            self.head = await self.tb.csr.read("ENG_HEAD")
+            if self.head == self.tail & 0xFFFF_FFFF:
+                break
+            if loop.cycle - start > timeout:
+                raise TimeoutError(f"engine head {self.head} did not reach tail {self.tail} "
+                                   f"within {timeout} cycles")
+            await loop.wait_cycles(poll)
+        for i, exp in enumerate(self.pending):
+            # A table is compared once per wait, after the last descriptor that uses it.
+            last_use = exp.table is not None and all(
+                later.table is not exp.table for later in self.pending[i + 1:])
+            self.check(exp, table=last_use)
+        self.completed = self.tail
+        self.pending.clear()
+
+    async def run(self, *, timeout: int = 200_000) -> None:
+        await self.ring()
+        await self.wait(timeout=timeout)
+
+    # --- checks ---------------------------------------------------------------------------
+    def record(self, seq: int) -> dict:
+        slot = seq % (1 << self.order)
+        raw = self.image(self.cq_addr + slot * LINE_BYTES, LINE_BYTES)
+        return _RECORD.unpack(int.from_bytes(raw, "little"))
+
+    def check(self, exp: Expect, *, table: bool = True) -> None:
+        """Check one completed descriptor; with ``table``, also its table's whole image
+        against the model's table after it."""
+        rec = self.record(exp.seq)
+        f = exp.fields
+        want = {"status": exp.status.value, "kind": exp.kind, "seq": exp.seq & 0xFFFF_FFFF,
+                "batch_id": f.get("batch_id", 0), "table_id": f.get("table_id", 0),
+                "cookie": f.get("cookie", 0), "bags": exp.bags,
+                "rows_written": exp.rows_written, "updates": exp.updates}
+        got = {k: rec[k] for k in want}
+        assert got == want, (f"descriptor {exp.seq} (kind {exp.kind}): completion record "
+                             f"{got}, expected {want}")
+        assert rec["rsvd0"] == rec["rsvd1"] == rec["rsvd2"] == 0, "reserved record bits set"
+        slot = exp.seq % (1 << self.order)
+        self.expect_written(self.cq_addr + slot * LINE_BYTES,
+                            self.image(self.cq_addr + slot * LINE_BYTES, LINE_BYTES))
+        if exp.out_image is not None:
+            got_img = self.image(exp.out_addr, len(exp.out_image))
+            if got_img != exp.out_image:
+                raise AssertionError(self._describe_mismatch(exp, got_img))
+            self.expect_written(exp.out_addr, exp.out_image)
+        if table and exp.table is not None:
+            t = exp.table
+            got_img = self.image(t.base, t.nbytes)
+            want_img = emb.pack_rows(exp.table_after, base=t.image0)
+            if got_img != want_img:
+                raise AssertionError(self._describe_table(exp, got_img, want_img))
+            self.expect_written(t.base, want_img)
+        self.checked += 1
+
+    def _describe_mismatch(self, exp: Expect, got: bytes) -> str:
+        t = exp.table
+        stride = emb.lines_per_row(t.dim, t.data.dtype) * LINE_BYTES
+        for b in range(len(exp.out_image) // stride):
+            g, w = got[b * stride:(b + 1) * stride], exp.out_image[b * stride:(b + 1) * stride]
+            if g != w:
+                first = next(i for i in range(stride) if g[i] != w[i])
+                return (f"descriptor {exp.seq}: pooled vector of bag {b} differs from byte "
+                        f"{first} (dim {t.dim}, {'bf16' if t.bf16 else 'fp32'}, mode "
+                        f"{exp.fields['mode']}): got {g[first:first + 16].hex()} want "
+                        f"{w[first:first + 16].hex()}")
+        return f"descriptor {exp.seq}: pooled output differs"
+
+    def _describe_table(self, exp: Expect, got: bytes, want: bytes) -> str:
+        t = exp.table
+        stride = emb.lines_per_row(t.dim, t.data.dtype) * LINE_BYTES
+        bad = [r for r in range(t.rows) if got[r * stride:(r + 1) * stride]
+               != want[r * stride:(r + 1) * stride]]
+        return (f"descriptor {exp.seq} (kind {exp.kind}, status {exp.status.name}): table "
+                f"{t.table_id} differs in {len(bad)} rows, first {bad[:8]}")
+

@@ -1,0 +1,346 @@
+"""cocotb tests of the embedding engine inside the whole device (``tcxl_device_<config>``).
+
+The host side is :class:`~tb.engine_driver.EngineDriver` on top of
+:class:`~tb.device_tb.DeviceTB`: descriptors in the ring, doorbell and head over CSRs,
+PMEM behind the AXI model with random latency, jitter, idle cycles and backpressure on
+every channel. Each completed descriptor is checked against the golden models of
+``sim/embedding.py`` bit for bit (pooled vectors with their padding, tables, completion
+records); every test ends with the protocol checkers silent and the host agent's golden
+memory equal to PMEM on every line the host or the engine wrote.
+
+Test parameters (``tb.env.params()``): ``n_desc`` (descriptors per random test) and
+the ``pmem_*`` timing knobs of :meth:`~tb.device_tb.DeviceTB.timing_from_params`.
+"""
+
+from __future__ import annotations
+
+import cocotb
+import numpy as np
+
+from hw.engine.descriptor import DescKind, PoolMode, Status
+from sim import embedding as emb
+from sim.embedding import BF16, FP32, LINE_BYTES
+from tb.device_tb import DeviceTB
+from tb.engine_driver import Batch, EngineDriver, random_table
+
+NOISE = {"idle": [False, True], "backpressure": [False, True]}
+#: Embedding dims tried (those above the device's engine_max_dim are skipped): one
+#: line, a partial line, several lines, a non-power-of-two line count.
+DIMS = (16, 40, 64, 8, 100, 176, 256)
+
+
+async def _start(dut, name: str, *, idle=False, backpressure=False, ring_order=4,
+                 via_cxl=False, heap_start=0, **kw):
+    """A started bench, its engine driver (ring programmed) and a numpy generator."""
+    tb = DeviceTB(dut, name, idle=idle, backpressure=backpressure, **kw)
+    await tb.start()
+    drv = EngineDriver(tb, ring_order=ring_order, via_cxl=via_cxl, heap_start=heap_start)
+    await drv.setup()
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    return tb, drv, rng
+
+
+async def _finish(tb: DeviceTB, drv: EngineDriver) -> None:
+    assert not drv.pending, "descriptors queued but never checked"
+    err = await tb.csr.read("ENG_ERR")
+    tb.log.info("%d descriptors checked; ENG_ERR %#x", drv.checked, err)
+    await tb.finish()
+
+
+def _dims(tb: DeviceTB) -> list[int]:
+    return [d for d in DIMS if d <= tb.config.engine_max_dim]
+
+
+def _random_batch(rng: np.random.Generator, rows: int, num_bags: int, *, pooling: float,
+                  weighted=False, padding=False, include_last=False, empty=0.1,
+                  long=0.0, zipf=None, max_len=None) -> Batch:
+    pad = int(rng.integers(0, rows)) if padding else None
+    idx, off = emb.random_bags(rng, num_bags, rows, pooling=pooling, zipf_alpha=zipf,
+                               padding_idx=pad, empty_fraction=empty, long_fraction=long,
+                               max_len=max_len, include_last_offset=include_last)
+    weights = (rng.standard_normal(len(idx)).astype(np.float32) if weighted else None)
+    return Batch(idx, off, include_last, weights, pad)
+
+
+def _table_rows(tb: DeviceTB, dim: int, dtype, budget: int) -> int:
+    """Rows so that the table takes about ``budget`` bytes (at least 8)."""
+    row_bytes = emb.lines_per_row(dim, dtype) * LINE_BYTES
+    return max(8, budget // row_bytes)
+
+
+def _budget(tb: DeviceTB) -> int:
+    """Bytes a test may give one table: a slice of the HDM window."""
+    return min(tb.config.hdm_size // 16, 1 << 16)
+
+
+# --- LOOKUP ------------------------------------------------------------------------------
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_lookup_random(dut, idle, backpressure):
+    """Random LOOKUPs over fp32 and bf16 tables of several dims: every mode, weighted
+    sums, padding_idx, include_last_offset, empty, single-row and duplicate-heavy bags;
+    several descriptors per doorbell so that LOOKUPs of different tables, modes and
+    dtypes follow each other through the pipeline."""
+    tb, drv, rng = await _start(dut, "lookup_random", idle=idle, backpressure=backpressure)
+    n_desc = tb.params.get("n_desc", 12)
+    tables = []
+    for dim in _dims(tb)[:4]:
+        for dtype in (FP32, BF16):
+            rows = _table_rows(tb, dim, dtype, _budget(tb) // 2)
+            tables.append(await drv.add_table(random_table(rng, rows, dim, dtype), rng=rng))
+    mark = drv.heap.next
+    done = 0
+    while done < n_desc:
+        drv.heap.release(mark)      # the buffers of checked descriptors are reused
+        wave = int(rng.integers(1, 5))
+        for _ in range(wave):
+            table = tables[int(rng.integers(len(tables)))]
+            mode = PoolMode(int(rng.integers(3)))
+            weighted = mode is PoolMode.SUM and rng.random() < 0.5
+            batch = _random_batch(rng, table.rows, int(rng.integers(0, 12)),
+                                  pooling=float(rng.choice([1, 3, 8])), weighted=weighted,
+                                  padding=rng.random() < 0.3,
+                                  include_last=rng.random() < 0.3,
+                                  zipf=1.05 if rng.random() < 0.5 else None)
+            await drv.lookup(table, batch, mode=mode, batch_id=done)
+            done += 1
+        await drv.run()
+    await _finish(tb, drv)
+
+
+@cocotb.test()
+async def test_lookup_long_bags(dut):
+    """Bags of 200 to 300 rows (each partial accumulates many rows) and a batch whose
+    every bag repeats one row, in sum, mean and max."""
+    tb, drv, rng = await _start(dut, "lookup_long_bags", idle=True, backpressure=True)
+    dim = _dims(tb)[1]
+    table = await drv.add_table(rng=rng, data=random_table(rng, 32, dim, FP32))
+    for mode in PoolMode:
+        batch = _random_batch(rng, table.rows, 3, pooling=4, long=1.0)
+        await drv.lookup(table, batch, mode=mode)
+    same = np.full(60, 7, np.int32)
+    await drv.lookup(table, Batch(same, np.array([0, 20, 20, 50], np.int32)),
+                     mode=PoolMode.MEAN)
+    await drv.run()
+    await _finish(tb, drv)
+
+
+@cocotb.test()
+async def test_lookup_specials(dut):
+    """Tables holding ±0, subnormals, ±inf and NaN: results bit exact, NaN canonical."""
+    tb, drv, rng = await _start(dut, "lookup_specials", idle=True, backpressure=True)
+    for dtype in (FP32, BF16):
+        data = random_table(rng, 24, _dims(tb)[0], dtype, specials=True)
+        table = await drv.add_table(data, rng=rng)
+        for mode in PoolMode:
+            batch = _random_batch(rng, table.rows, 6, pooling=4,
+                                  weighted=mode is PoolMode.SUM)
+            await drv.lookup(table, batch, mode=mode)
+    await drv.run()
+    await _finish(tb, drv)
+
+
+# --- UPDATE ------------------------------------------------------------------------------
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_update_random(dut, idle, backpressure):
+    """UPDATEs with repeated rows (Zipf indices), weights, padding_idx and bf16 rounding
+    after every update; LOOKUPs of the same table before and after each UPDATE in the
+    same doorbell (read-after-write across descriptors). Tables compared bit for bit,
+    ``rows_written`` against the documented direct-mapped cache."""
+    tb, drv, rng = await _start(dut, "update_random", idle=idle, backpressure=backpressure)
+    n_desc = tb.params.get("n_desc", 12)
+    done = 0
+    dims = _dims(tb)
+    mark = drv.heap.next
+    while done < n_desc:
+        drv.heap.release(mark)
+        dim = int(rng.choice(dims[:4]))
+        dtype = BF16 if rng.random() < 0.5 else FP32
+        table = await drv.add_table(rng=rng, data=random_table(rng, 40, dim, dtype))
+        for _ in range(2):
+            mode = PoolMode(int(rng.integers(2)))          # sum or mean
+            batch = _random_batch(rng, table.rows, int(rng.integers(1, 8)), pooling=4,
+                                  weighted=rng.random() < 0.5, padding=rng.random() < 0.3,
+                                  include_last=rng.random() < 0.3, zipf=1.05)
+            grads = (rng.standard_normal((batch.num_bags, dim)) * 0.1).astype(np.float32)
+            await drv.lookup(table, batch, mode=mode, batch_id=done)
+            await drv.update(table, batch, grads, mode=mode, batch_id=done)
+            done += 2
+        await drv.lookup(table, _random_batch(rng, table.rows, 4, pooling=6))
+        done += 1
+        await drv.run()
+    await _finish(tb, drv)
+
+
+# --- ordering kinds, ring, counters --------------------------------------------------------
+
+@cocotb.test()
+async def test_fence_commit_nop_and_wrap(dut):
+    """NOP, FENCE and COMMIT complete OK in ring order between LOOKUPs and UPDATEs; the
+    ring (4 slots) wraps several times."""
+    tb, drv, rng = await _start(dut, "fence_commit_nop", idle=True, backpressure=True,
+                                ring_order=2)
+    table = await drv.add_table(rng=rng, data=random_table(rng, 32, _dims(tb)[0], FP32))
+    for round_ in range(4):
+        batch = _random_batch(rng, table.rows, 3, pooling=3)
+        await drv.lookup(table, batch, batch_id=round_)
+        await drv.plain(DescKind.FENCE)
+        grads = rng.standard_normal((batch.num_bags, table.dim)).astype(np.float32)
+        await drv.update(table, batch, grads, batch_id=round_)
+        await drv.run()
+        await drv.plain(DescKind.COMMIT, batch_id=round_)
+        await drv.plain(DescKind.NOP)
+        await drv.run()
+    assert drv.tail > 4 * (1 << drv.order)
+    await _finish(tb, drv)
+
+
+@cocotb.test()
+async def test_ring_overrun(dut):
+    """A doorbell announcing more descriptors than the ring holds: RING_OVERRUN is set,
+    the engine executes what the slots hold and completes all of them (no hang)."""
+    tb, drv, _ = await _start(dut, "ring_overrun", ring_order=2)
+    drv.flow_control = False
+    exps = [await drv.plain(DescKind.NOP) for _ in range(6)]
+    # Slots 0 and 1 now hold descriptors 4 and 5, which descriptors 0 and 1 execute;
+    # their records (slots 0 and 1) are overwritten by those of 4 and 5.
+    drv.pending = exps[2:]
+    await drv.ring()
+    await drv.wait()
+    err = await tb.csr.read("ENG_ERR")
+    assert err & 0b10, f"ENG_ERR {err:#x}: RING_OVERRUN not set"
+    await tb.csr.write("ENG_ERR", 0b10)
+    assert await tb.csr.read("ENG_ERR") & 0b10 == 0
+    await _finish(tb, drv)
+
+
+@cocotb.test()
+async def test_engine_counters_and_status(dut):
+    """ENG_DESC_DONE, ENG_LINES_GATHERED, ENG_BAGS_POOLED, ENG_UPD_ITEMS,
+    ENG_UPD_LINES_WRITTEN and ENG_BUSY against the workload; ENG_STATUS idle at the end."""
+    tb, drv, rng = await _start(dut, "engine_counters", idle=True, backpressure=True)
+    await tb.csr.write("PERF_CTRL", 1)
+    dim = _dims(tb)[2]
+    table = await drv.add_table(rng=rng, data=random_table(rng, 48, dim, FP32))
+    lpr = emb.lines_per_row(dim, FP32)
+    lines = bags = items = written = 0
+    for _ in range(3):
+        batch = _random_batch(rng, table.rows, 5, pooling=4, padding=True, zipf=1.05)
+        grads = rng.standard_normal((batch.num_bags, dim)).astype(np.float32)
+        await drv.lookup(table, batch)
+        exp = await drv.update(table, batch, grads)
+        counted = len(batch.counted_rows())
+        lines += counted * lpr
+        bags += batch.num_bags
+        items += counted * lpr
+        written += exp.rows_written * lpr
+    await drv.run()
+    got = {name: await tb.csr.read64(name) for name in (
+        "ENG_DESC_DONE", "ENG_LINES_GATHERED", "ENG_BAGS_POOLED", "ENG_UPD_ITEMS",
+        "ENG_UPD_LINES_WRITTEN")}
+    want = {"ENG_DESC_DONE": 6, "ENG_LINES_GATHERED": lines, "ENG_BAGS_POOLED": bags,
+            "ENG_UPD_ITEMS": items, "ENG_UPD_LINES_WRITTEN": written}
+    assert got == want, f"counters {got}, expected {want}"
+    busy = await tb.csr.read64("ENG_BUSY")
+    assert 0 < busy < tb.loop.cycle, f"ENG_BUSY {busy}"
+    status = await tb.csr.read("ENG_STATUS")
+    assert status & 0x1_FFFF == 0, f"ENG_STATUS {status:#x} after the last completion"
+    assert await tb.csr.read("ENG_HEAD") == 6
+    await _finish(tb, drv)
+
+
+# --- driver over CXL.mem and concurrent host traffic -----------------------------------------
+
+@cocotb.test()
+async def test_driver_over_cxl_with_host_traffic(dut):
+    """The driver writes tables, buffers and descriptors with CXL.mem writes (the
+    doorbell only after their completions), and random host traffic on another part of
+    the window runs while the engine works; every host read is checked."""
+    host_lines = 256
+    tb, drv, rng = await _start(dut, "driver_over_cxl", idle=True, backpressure=True,
+                                via_cxl=True, heap_start=host_lines * LINE_BYTES)
+    dim = _dims(tb)[1]
+    table = await drv.add_table(rng=rng, data=random_table(rng, 24, dim, BF16))
+    for i in range(3):
+        batch = _random_batch(rng, table.rows, 6, pooling=3, weighted=True, zipf=1.05)
+        grads = rng.standard_normal((batch.num_bags, dim)).astype(np.float32)
+        await drv.lookup(table, batch, batch_id=i)
+        await drv.update(table, batch, grads, batch_id=i)
+    traffic = cocotb.start_soon(tb.agent.run_random(tb.params.get("n_txn", 600),
+                                                    lines=host_lines))
+    await drv.run()
+    await traffic
+    # Host reads of the table the engine updated, checked against the golden memory.
+    reads = [tb.agent.read(tb.agent.host_line(table.base // LINE_BYTES + i))
+             for i in range(table.nbytes // LINE_BYTES)]
+    for t in reads:
+        await t
+    await _finish(tb, drv)
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+def _bad_cases(tb: DeviceTB, table, batch: Batch) -> dict[str, dict]:
+    """Descriptor field overrides, one per status code (and variants)."""
+    size = tb.config.pmem_size
+    return {
+        "bad_kind": dict(kind=0x17),
+        "mlp_checkpoint_unsupported": dict(kind=DescKind.MLP_CHECKPOINT),
+        "weights_with_max": dict(mode=PoolMode.MAX, weighted=1, weights_addr=0),
+        "mode_3": dict(mode=3),
+        "dim_zero": dict(dim=0),
+        "dim_above_device_max": dict(dim=tb.config.engine_max_dim + 16),
+        "reserved_flag": dict(rsvd_flag=1),
+        "misaligned_indices": dict(indices_addr=8),
+        "misaligned_table": dict(table_base=table.base + 4),
+        "table_past_memory": dict(rows=size // LINE_BYTES),
+        "output_past_memory": dict(data_addr=size - LINE_BYTES, num_bags=batch.num_bags),
+    }
+
+
+@cocotb.test()
+async def test_bad_descriptors(dut):
+    """Every bad input completes its descriptor with its own status code, sets
+    ENG_ERR.DESC_ERROR with the first failure's seq and status captured, touches no
+    table row and leaves the engine ready: a good LOOKUP follows each one."""
+    tb, drv, rng = await _start(dut, "bad_descriptors", idle=True, backpressure=True)
+    dim = _dims(tb)[0]
+    table = await drv.add_table(rng=rng, data=random_table(rng, 16, dim, FP32))
+    good = _random_batch(rng, table.rows, 4, pooling=3, empty=0)
+    grads = rng.standard_normal((good.num_bags, dim)).astype(np.float32)
+    first_bad = None
+    for name, over in _bad_cases(tb, table, good).items():
+        for kind in (DescKind.LOOKUP, DescKind.UPDATE):
+            if name == "weights_with_max" and kind is DescKind.UPDATE:
+                over = dict(over, mode=PoolMode.MEAN)
+            exp = await (drv.lookup(table, good, **over) if kind is DescKind.LOOKUP
+                         else drv.update(table, good, grads, **over))
+            assert exp.status is not Status.OK, f"{name}: the model accepts it"
+            tb.log.info("%s (%s): expect %s", name, kind.name, exp.status.name)
+            first_bad = exp if first_bad is None else first_bad
+            await drv.lookup(table, _random_batch(rng, table.rows, 2, pooling=2))
+    # Buffer contents the sequencer must reject: offsets and indices.
+    cases = [
+        Batch(np.array([0, 1, 2], np.int32), np.array([0, 2, 1], np.int32)),        # decreasing
+        Batch(np.array([0, 1, 2], np.int32), np.array([1, 2], np.int32)),           # first != 0
+        Batch(np.array([0, 1, 2], np.int32), np.array([0, 4], np.int32)),           # past end
+        Batch(np.array([0, 1, 2], np.int32), np.array([0, 1, 2], np.int32), True),  # last != n
+        Batch(np.array([0, table.rows, 2], np.int32), np.array([0, 1], np.int32)),  # index
+        Batch(np.array([0, -1, 2], np.int32), np.array([0, 1], np.int32)),         # negative
+    ]
+    for batch in cases:
+        g = rng.standard_normal((batch.num_bags, dim)).astype(np.float32)
+        for exp in (await drv.lookup(table, batch), await drv.update(table, batch, g)):
+            assert exp.status in (Status.BAD_OFFSETS, Status.INDEX_RANGE), exp.status
+    await drv.run()
+    err = await tb.csr.read("ENG_ERR")
+    assert err & 1, f"ENG_ERR {err:#x}: DESC_ERROR not set"
+    seq, info = await tb.csr.read("ENG_ERR_SEQ"), await tb.csr.read("ENG_ERR_INFO")
+    assert (seq, info & 0xFF, info >> 8) == (first_bad.seq, first_bad.status.value,
+                                             first_bad.kind), (seq, info)
+    await tb.csr.write("ENG_ERR", 0b111)
+    assert await tb.csr.read("ENG_ERR") == 0
+    await _finish(tb, drv)

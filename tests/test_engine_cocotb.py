@@ -1,0 +1,41 @@
+"""Slow tier: the embedding engine in the whole device (``tb/test_engine.py``) on
+Verilator and Icarus.
+
+Parametrized over configs (``default``, ``small``, ``odd``) x simulators (``SIM``
+restricts to one) x groups of cocotb tests, each group one simulator run sharing the
+device build of ``tests/test_device_cocotb.py``. ``SEED=<n>`` replays a run; otherwise
+a fresh seed is drawn and printed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import configs, run_cocotb_group, simulators
+
+CONFIGS = configs(("default", "small", "odd"))
+
+#: Descriptors per idle/backpressure variant of the random tests (x4 variants).
+N_DESC = {"verilator": 16, "icarus": 8}
+
+
+def _variants(test: str) -> list[str]:
+    return [f"{test}/idle={i}/backpressure={b}" for i in (False, True) for b in (False, True)]
+
+
+GROUPS: dict[str, list[str]] = {
+    "lookup": [*_variants("test_lookup_random"), "test_lookup_long_bags",
+               "test_lookup_specials"],
+    "update": [*_variants("test_update_random"), "test_fence_commit_nop_and_wrap"],
+    "control": ["test_ring_overrun", "test_engine_counters_and_status",
+                "test_driver_over_cxl_with_host_traffic", "test_bad_descriptors"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", list(GROUPS))
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("sim", simulators())
+def test_engine(sim: str, config: str, group: str) -> None:
+    run_cocotb_group("tb.test_engine", config, sim, group, GROUPS[group],
+                     {"n_desc": N_DESC[sim], "n_txn": 600})
