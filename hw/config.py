@@ -75,6 +75,13 @@ class DeviceConfig:
         the pooling accumulators and the update's row cache lines.
     update_cache_rows:
         Rows the UPDATE coalescing cache holds (power of two, 2 to 256).
+    ckpt_filter_rows:
+        Entries of the undo logger's duplicate-row filter (power of two, 2 to 4096).
+    ckpt_fifo_lines:
+        Undo lines the logger buffers before the gather waits for it (2 to 4096).
+    mlp_relax_k:
+        Reset value of ``CK_MLP_K``: how many batches the MLP checkpoint may lag the
+        embeddings before a COMMIT waits for it (0 to 65535).
     """
 
     name: str = "default"
@@ -91,6 +98,9 @@ class DeviceConfig:
     gather_rob_lines: int = 256
     engine_max_dim: int = 256
     update_cache_rows: int = 32
+    ckpt_filter_rows: int = 256
+    ckpt_fifo_lines: int = 64
+    mlp_relax_k: int = 4
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -140,6 +150,14 @@ class DeviceConfig:
         if self.engine_max_dim % 16 or not 16 <= self.engine_max_dim <= 1024:
             raise ValueError("engine_max_dim must be a multiple of 16 between 16 and 1024, "
                              f"not {self.engine_max_dim}")
+        if not _is_pow2(self.ckpt_filter_rows) or not 2 <= self.ckpt_filter_rows <= 4096:
+            raise ValueError("ckpt_filter_rows must be a power of two between 2 and 4096, "
+                             f"not {self.ckpt_filter_rows}")
+        if not 2 <= self.ckpt_fifo_lines <= 4096:
+            raise ValueError(
+                f"ckpt_fifo_lines must be between 2 and 4096, not {self.ckpt_fifo_lines}")
+        if not 0 <= self.mlp_relax_k <= 0xFFFF:
+            raise ValueError(f"mlp_relax_k must be between 0 and 65535, not {self.mlp_relax_k}")
         if not _is_pow2(self.update_cache_rows) or not 2 <= self.update_cache_rows <= 256:
             raise ValueError("update_cache_rows must be a power of two between 2 and 256, "
                              f"not {self.update_cache_rows}")
@@ -173,6 +191,11 @@ class DeviceConfig:
     def engine_max_lines(self) -> int:
         """Lines of the longest row (an fp32 row of ``engine_max_dim``)."""
         return self.engine_max_dim * 4 // self.line_bytes
+
+    @property
+    def log_slot_lines(self) -> int:
+        """Lines of an undo-log slot: a header and the longest row."""
+        return 1 + self.engine_max_lines
 
     @property
     def hazard_bucket_width(self) -> int:

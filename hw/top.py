@@ -120,18 +120,16 @@ class Device(wiring.Component):
             regs.perf_busy_inc.eq(endpoint.o_perf.busy),
         ]
 
-        # Embedding engine: ring, doorbell, head, errors and counters. Until the
-        # checkpoint logger consumes the undo-capture stream, it is taken and dropped.
+        # Embedding engine: ring, doorbell, head, errors and counters.
         aw = self._config.pmem_addr_width
         m.d.comb += [
             engine.ring_base.eq(zext(Cat(regs.eng_ring_base_lo, regs.eng_ring_base_hi), aw)),
             engine.ring_order.eq(regs.eng_ring_order),
             engine.cq_base.eq(zext(Cat(regs.eng_cq_base_lo, regs.eng_cq_base_hi), aw)),
             engine.tail.eq(regs.eng_tail),
-            engine.o_undo.ready.eq(1),
             regs.eng_head.eq(engine.head),
             regs.eng_status.eq(Cat(engine.busy, Const(0, 7), engine.in_flight,
-                                   engine.undo_dropped, engine.serial)),
+                                   engine.undo_stall, engine.serial)),
             regs.eng_err_set.eq(Cat(engine.err_desc, engine.err_overrun, engine.err_pmem)),
             regs.eng_err_seq_capture.eq(engine.err_desc),
             regs.eng_err_seq_value.eq(engine.err_seq),
@@ -143,6 +141,24 @@ class Device(wiring.Component):
             regs.eng_upd_lines_written_inc.eq(engine.ev_upd_line_written),
             regs.eng_upd_items_inc.eq(engine.ev_upd_item),
             regs.eng_busy_inc.eq(engine.ev_busy),
+        ]
+
+        # Checkpoint logger and recovery (docs/checkpoint.md).
+        m.d.comb += [
+            engine.ck_recover.eq(regs.ck_cmd[0]),
+            regs.ck_status.eq(Cat(engine.ck_busy, engine.ck_done, engine.ck_on, Const(0, 1),
+                                  engine.ck_result, Const(0, 2), engine.ck_log_full,
+                                  engine.ck_overflow, engine.ck_rejected,
+                                  engine.ck_log_busy)),
+            regs.ck_committed.eq(engine.ck_committed),
+            regs.ck_epoch.eq(engine.ck_epoch),
+            regs.ck_rolled_back.eq(engine.ck_rolled_back),
+            regs.ck_mlp_slot.eq(engine.ck_mlp_slot),
+            regs.ck_mlp_batch.eq(engine.ck_mlp_batch),
+            regs.ck_log_seq.eq(engine.ck_seq),
+            regs.ck_overflow_batch.eq(engine.ck_overflow_batch),
+            regs.ck_records_inc.eq(engine.ev_record),
+            regs.ck_undo_stall_inc.eq(engine.undo_stall),
         ]
         return m
 

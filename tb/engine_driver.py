@@ -178,9 +178,24 @@ class EngineDriver:
         self.head = 0
         self.completed = 0          # descriptors waited for and checked
         self.flow_control = True
+        # Checkpoint rules (docs/checkpoint.md), as the model executes in ring order.
+        self.ck_on = False
+        self.committed = 0
+        self.cap_batch: int | None = None
+        self.overflowed: set[int] = set()
         self.pending: list[Expect] = []
         self.checked = 0
         self._next_table_id = 1
+
+    def reset_state(self) -> None:
+        """Forget the engine's counters and the checkpoint rules, as a device reset does
+        (tables, heap and ring addresses stay); call :meth:`setup` again afterwards."""
+        self.tail = self.head = self.completed = 0
+        self.pending.clear()
+        self.ck_on = False
+        self.committed = 0
+        self.cap_batch = None
+        self.overflowed.clear()
 
     # --- memory -------------------------------------------------------------------------
     async def setup(self) -> None:
@@ -291,6 +306,10 @@ class EngineDriver:
         """The expectation of descriptor ``fields`` from the golden models."""
         kind = int(getattr(fields.get("kind", 0), "value", fields.get("kind", 0)))
         norm = {k: int(getattr(v, "value", v)) for k, v in fields.items()}
+        ck = self._checkpoint_status(kind, norm)
+        if ck is not None:
+            return Expect(seq=self.tail, fields=norm, status=ck, kind=kind & 0xFF, table=table,
+                          table_after=table.data if table is not None else None)
         if batch is not None:
             status = emb.validate(norm, indices=batch.indices, offsets=batch.offsets,
                                   pmem_size=self.cfg.pmem_size, max_dim=self.cfg.engine_max_dim)
@@ -321,6 +340,27 @@ class EngineDriver:
             exp.updates = len(counted)
             exp.rows_written = direct_mapped_misses(counted, self.cfg.update_cache_rows)
         return exp
+
+    def _checkpoint_status(self, kind: int, f: dict) -> Status | None:
+        """The checkpoint rules' status (BAD_BATCH, LOG_FULL) when they decide, else None;
+        updates the model's committed and captured batches as the device does."""
+        if not self.ck_on:
+            return None
+        batch = f.get("batch_id", 0)
+        if kind == DescKind.COMMIT.value:
+            if batch <= self.committed:
+                return Status.BAD_BATCH
+            self.committed = batch
+            return Status.OK
+        if kind == DescKind.UPDATE.value:
+            if batch <= self.committed or batch != self.cap_batch:
+                return Status.BAD_BATCH
+            if batch in self.overflowed:
+                return Status.LOG_FULL
+        if (kind == DescKind.LOOKUP.value and f.get("capture_undo")
+                and f.get("dim", 0) <= self.cfg.engine_max_dim):
+            self.cap_batch = batch
+        return None
 
     async def plain(self, kind: int, **fields) -> Expect:
         """Queue a descriptor with no buffers (NOP, FENCE, COMMIT, a bad kind...)."""

@@ -43,6 +43,9 @@ HDM_MSG = "hdm_size must be a 4 KiB multiple no larger than pmem_size (107374182
     ({"engine_max_dim": 40}, "engine_max_dim must be a multiple of 16 between 16 and 1024"),
     ({"engine_max_dim": 2048}, "engine_max_dim must be a multiple of 16 between 16 and 1024"),
     ({"update_cache_rows": 1}, "update_cache_rows must be a power of two between 2 and 256"),
+    ({"ckpt_filter_rows": 3}, "ckpt_filter_rows must be a power of two between 2 and 4096"),
+    ({"ckpt_fifo_lines": 1}, "ckpt_fifo_lines must be between 2 and 4096, not 1"),
+    ({"mlp_relax_k": -1}, "mlp_relax_k must be between 0 and 65535, not -1"),
     ({"max_tags": 300}, "axi_id_width 8 gives 256 IDs, fewer than max_tags 300"),
     ({"hazard_buckets": 12}, "hazard_buckets must be a power of two between 2 and 4096, not 12"),
     ({"csr_addr_width": 8}, "csr_addr_width must be between 12 and 24, not 8"),
@@ -75,7 +78,9 @@ def test_derived_values():
     assert list(config.params()) == [
         "line_bits", "pmem_size", "hdm_base", "hdm_size", "max_tags", "axi_id_width",
         "hazard_buckets", "csr_addr_width", "engine_lanes", "reduce_partials",
-        "gather_rob_lines", "engine_max_dim", "update_cache_rows"]
+        "gather_rob_lines", "engine_max_dim", "update_cache_rows", "ckpt_filter_rows",
+        "ckpt_fifo_lines", "mlp_relax_k"]
+    assert config.log_slot_lines == 5
     assert config.pmem_id_width == 7
     assert config.engine_max_lines == 4
 

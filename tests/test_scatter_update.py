@@ -13,6 +13,11 @@ items idle, AXI channels and ``o_done`` are backpressured at random (seeded; the
 printed and ``SEED=<n>`` replays it). ``rows_written`` is checked against a
 direct-mapped cache model and, when no row was evicted, against
 ``coalesce_stats(...).distinct_rows``.
+
+Hits are pipelined, so long runs of one row (or two alternating rows, in different
+slots or in the same one) check that every item sees the previous update of its line
+at any distance, and a backpressure-free run measures (and prints) the cycles per hit,
+fill and eviction.
 """
 
 from __future__ import annotations
@@ -129,17 +134,23 @@ class Desc:
 
 def make_desc(rng: np.random.Generator, model: PmemModel, base: int, *, dtype, dim: int,
               rows: int, num_bags: int, weighted: bool, zipf: float | None,
-              special: float = 0.03) -> Desc:
+              special: float = 0.03, bags_: tuple[np.ndarray, np.ndarray] | None = None,
+              grad_scale: float = 2.0 ** -3) -> Desc:
+    """A random table at ``base`` and random bags (or ``bags_``: indices, offsets)."""
     scale = 2.0 ** rng.integers(-4, 5, (rows, dim))
     table = sprinkle(rng, rng.standard_normal((rows, dim)) * scale, special)
     with np.errstate(invalid="ignore"):     # NaNs narrowed to bf16 on purpose
         table = table.astype(dtype)
-    while True:
-        indices, offsets = random_bags(rng, num_bags, rows, pooling=3, zipf_alpha=zipf,
-                                       max_len=8, empty_fraction=0.1)
-        if len(indices):
-            break
-    grads = sprinkle(rng, rng.standard_normal((num_bags, dim)) * 2.0 ** -3, special)
+    if bags_ is not None:
+        indices, offsets = bags_
+        num_bags = len(offsets)
+    else:
+        while True:
+            indices, offsets = random_bags(rng, num_bags, rows, pooling=3, zipf_alpha=zipf,
+                                           max_len=8, empty_fraction=0.1)
+            if len(indices):
+                break
+    grads = sprinkle(rng, rng.standard_normal((num_bags, dim)) * grad_scale, special)
     weights = (sprinkle(rng, rng.standard_normal(len(indices)), special)
                if weighted else None)
     stride = lines_per_row(dim, dtype) * LINE_BYTES
@@ -187,8 +198,10 @@ ROUGH = Traffic(idle=0.3, ar_bp=0.3, aw_bp=0.3, w_bp=0.3, r_idle=0.3, b_idle=0.3
 
 
 def run(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
-        traffic: Traffic, max_cycles: int = 200_000) -> tuple[list[dict], int]:
-    """Feed ``descs``; returns the ``o_done`` records and the cycles taken."""
+        traffic: Traffic, max_cycles: int = 200_000,
+        accepts: list[int] | None = None) -> tuple[list[dict], int]:
+    """Feed ``descs``; returns the ``o_done`` records and the cycles taken. The cycle of
+    every item transfer is appended to ``accepts``, if given."""
     rng = random.Random(seed)
     ctrl_l = ctrl_layout(dut.addr_width)
     queue = [(pack(ctrl_l, d.ctrl()), pack(ITEM, it)) for d in descs for it in d.items()]
@@ -236,6 +249,8 @@ def run(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
             ar, aw = tuple(addr[:5]), tuple(addr[5:])
             if cur is not None and i_ready:
                 cur = None
+                if accepts is not None:
+                    accepts.append(cycle)
             checks["AR"].observe(cycle, arvalid, arready, ar)
             checks["AW"].observe(cycle, awvalid, awready, aw)
             checks["W"].observe(cycle, wvalid, wready, (wdata, wstrb, wlast))
@@ -272,8 +287,8 @@ def run(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
 
 
 def check_run(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
-              traffic: Traffic) -> tuple[list[dict], int]:
-    dones, cycles = run(dut, model, descs, seed=seed, traffic=traffic)
+              traffic: Traffic, accepts: list[int] | None = None) -> tuple[list[dict], int]:
+    dones, cycles = run(dut, model, descs, seed=seed, traffic=traffic, accepts=accepts)
     for d, done in zip(descs, dones, strict=True):
         check_table(model, d)
         stats = coalesce_stats(d.indices, d.offsets)
@@ -353,6 +368,131 @@ def test_update_coalesced_without_evictions(seed):
     dones, _ = check_run(dut, model, descs, seed=seed, traffic=ROUGH)
     for d, done in zip(descs, dones, strict=True):
         assert done["rows_written"] == coalesce_stats(d.indices, d.offsets).distinct_rows
+
+
+# --- read-after-write on the cached line ----------------------------------------------
+
+#: (dtype, dim, weighted): fp32 rows of 1 to 3 lines, bf16 rows of 1 and 2 lines (two
+#: items, one per half, per table line), padding elements in some.
+RAW_SHAPES = [(FP32, 7, False), (FP32, 16, True), (FP32, 40, True), (BF16, 20, True),
+              (BF16, 32, False), (BF16, 64, True)]
+#: Rows cycled through by the indices; with 4 cache slots rows 1 and 2 are in different
+#: slots, rows 1 and 5 in the same one (every index evicts the other row).
+PATTERNS = {"one_row": (3,), "two_slots": (1, 2), "same_slot": (1, 5)}
+#: Random gaps between items, no other backpressure: every distance between dependent
+#: items occurs.
+IDLE = Traffic(idle=0.5)
+
+
+@pytest.mark.parametrize("traffic", [SMOOTH, IDLE, ROUGH], ids=["smooth", "idle", "rough"])
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+def test_repeated_rows_see_previous_updates(pattern, traffic, seed):
+    """Long runs of the same row(s): consecutive items update the same cached line (or
+    the other half of a bf16 line), so each must see the result of the one before it,
+    whatever the distance between them."""
+    nrng = np.random.default_rng(seed)
+    model = PmemModel(size=PMEM_SIZE, timing=PmemTiming(read_latency=4, write_latency=4,
+                                                        jitter=4), rng=random.Random(seed))
+    dut = ScatterUpdate(addr_width=ADDR_WIDTH, id_width=2, cache_rows=4, max_lines_per_row=3)
+    rows = PATTERNS[pattern]
+    descs = []
+    for n, (dtype, dim, weighted) in enumerate(RAW_SHAPES):
+        lengths = nrng.integers(2, 9, 4)
+        phase = int(nrng.integers(0, len(rows)))
+        indices = np.array([rows[(phase + k) % len(rows)] for k in range(lengths.sum())],
+                           np.int32)
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
+        # Gradients as large as the table (so every bf16 update shows) and no
+        # specials (a NaN would hide the rest of a row's updates).
+        descs.append(make_desc(nrng, model, 0x8000 * (n + 1), dtype=dtype, dim=dim, rows=8,
+                               num_bags=4, weighted=weighted, zipf=None, special=0.0,
+                               bags_=(indices, offsets), grad_scale=1.0))
+    check_run(dut, model, descs, seed=seed, traffic=traffic)
+
+
+# --- throughput ------------------------------------------------------------------------
+
+def classify(items: list[dict], cache_rows: int) -> list[str]:
+    """Per item of one descriptor: ``hit``, ``fill`` (its row read into an empty slot),
+    ``evict`` (the slot's row written back first) or ``last`` (flushes)."""
+    tags: dict[int, int] = {}
+    kinds = []
+    for n, it in enumerate(items):
+        row = it["row"]
+        slot = row % cache_rows
+        if n == len(items) - 1:
+            kinds.append("last")
+        elif tags.get(slot) == row:
+            kinds.append("hit")
+        else:
+            kinds.append("evict" if slot in tags else "fill")
+        tags[slot] = row
+    return kinds
+
+
+def cycles_per_item(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *,
+                    seed: int) -> list[dict[str, float]]:
+    """Per descriptor, the mean cycles an item of each kind (:func:`classify`) holds
+    the input (the next item's transfer minus its own) when items are always valid and
+    nothing is backpressured."""
+    accepts: list[int] = []
+    check_run(dut, model, descs, seed=seed, traffic=SMOOTH, accepts=accepts)
+    held = np.diff(accepts)
+    out, pos = [], 0
+    for d in descs:
+        kinds = classify(d.items(), dut.cache_rows)
+        per: dict[str, list[int]] = {}
+        for k, kind in enumerate(kinds):
+            if kind != "last":
+                per.setdefault(kind, []).append(int(held[pos + k]))
+        pos += len(kinds)
+        out.append({kind: float(np.mean(v)) for kind, v in per.items()})
+    return out
+
+
+def speed_descs(nrng: np.random.Generator, model: PmemModel) -> list[tuple[str, Desc]]:
+    """Labelled descriptors of the throughput measurement (8 cache slots)."""
+    descs = []
+
+    def desc(label, dtype, dim, weighted, bags_=None):
+        base = 0x8000 * (len(descs) + 1)
+        descs.append((label, make_desc(nrng, model, base, dtype=dtype, dim=dim, rows=24,
+                                       num_bags=24, weighted=weighted, zipf=1.1,
+                                       bags_=bags_)))
+
+    def repeat(rows, n):
+        return (np.array([rows[k % len(rows)] for k in range(n)], np.int32),
+                np.zeros(1, np.int32))
+
+    # Zipf bags over 8 rows, all cached after their first miss: 4 items per index.
+    for dtype, weighted in ((FP32, False), (FP32, True), (BF16, False), (BF16, True)):
+        name = "fp32" if dtype == FP32 else "bf16"
+        desc(f"{name} dim 64 {'weighted' if weighted else 'unweighted'}", dtype, 64,
+             weighted, random_bags(nrng, 16, 8, pooling=6, zipf_alpha=1.1, max_len=12))
+    # Dependency chains: one row over and over.
+    desc("fp32 dim 16 one row (1 line)", FP32, 16, True, repeat((5,), 40))
+    desc("fp32 dim 32 one row (2 lines)", FP32, 32, True, repeat((5,), 30))
+    desc("bf16 dim 32 one row (1 line, 2 halves)", BF16, 32, True, repeat((5,), 30))
+    # Misses: two rows of one slot alternating, every index evicts the other (4 lines).
+    desc("fp32 dim 64 two rows of one slot", FP32, 64, True, repeat((3, 11), 12))
+    return descs
+
+
+def test_throughput(seed):
+    """Cycle counts of the deterministic simulation (PMEM read and write latency 20, no
+    jitter, no backpressure): hits take one item per cycle; asserted at least one per
+    two cycles for the Zipf workloads."""
+    nrng = np.random.default_rng(seed)
+    model = PmemModel(size=PMEM_SIZE, timing=PmemTiming(read_latency=20, write_latency=20),
+                      rng=random.Random(seed))
+    dut = ScatterUpdate(addr_width=ADDR_WIDTH, id_width=1, cache_rows=8, max_lines_per_row=4)
+    labelled = speed_descs(nrng, model)
+    figures = cycles_per_item(dut, model, [d for _, d in labelled], seed=seed)
+    for (label, _), fig in zip(labelled, figures, strict=True):
+        print(f"{label}: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(fig.items()))
+              + " cycles/item")
+    for (label, _), fig in zip(labelled[:4], figures[:4], strict=True):
+        assert fig["hit"] <= 2, f"{label}: {fig['hit']:.2f} cycles per hit"
 
 
 def test_verilog_lints_clean(tmp_path):

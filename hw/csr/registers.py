@@ -15,7 +15,7 @@ Bits at or above a register's ``width`` are reserved: they read 0 and ignore wri
 
 Address regions (:data:`REGIONS`): 0x000-0x0FF identification and capabilities,
 0x100-0x1FF memory endpoint, 0x200-0x2FF errors, 0x300-0x3FF performance, 0x400-0x4FF
-embedding engine, 0x500 and up reserved for the checkpoint and recovery blocks.
+embedding engine, 0x500-0x5FF checkpoint and recovery, 0x600 and up reserved.
 """
 
 from __future__ import annotations
@@ -340,9 +340,12 @@ REGIONS: tuple[Region, ...] = (
     Region("Embedding engine", 0x400, 0x500,
            "Descriptor ring, doorbell, completion head, engine errors and counters "
            "(docs/embedding.md, \"Descriptor ring, doorbell and completion\")."),
-    Region("Reserved", 0x500, None,
-           "Reserved for the checkpoint logger and recovery blocks; accesses answer "
-           "SLVERR until registers are defined here."),
+    Region("Checkpoint and recovery", 0x500, 0x600,
+           "Recovery command and results, undo-log status and counters "
+           "(docs/checkpoint.md)."),
+    Region("Reserved", 0x600, None,
+           "Reserved for the coherence (DCOH / CXL.cache) block; accesses answer SLVERR "
+           "until registers are defined here."),
 )
 
 
@@ -465,6 +468,9 @@ _PARAM_DOCS: Mapping[str, str] = {
     "gather_rob_lines": "Table lines the gather keeps in flight.",
     "engine_max_dim": "Largest embedding dim the engine takes.",
     "update_cache_rows": "Rows of the UPDATE coalescing cache.",
+    "ckpt_filter_rows": "Entries of the undo logger's duplicate-row filter.",
+    "ckpt_fifo_lines": "Undo lines the logger buffers.",
+    "mlp_relax_k": "Reset value of CK_MLP_K.",
 }
 
 _HDM_NOTE = ("The decoder uses the new value from the cycle after the write; software "
@@ -604,8 +610,8 @@ def _engine_registers() -> Iterable[Register]:
         "ENG_STATUS", 0x428, Kind.RO, width=18,
         fields=[Field("BUSY", 0, 1, "A descriptor is being fetched or executed."),
                 Field("IN_FLIGHT", 8, 8, "Descriptors fetched and not yet completed."),
-                Field("UNDO_DROPPED", 16, 1, "An undo-capture item was dropped (no consumer "
-                      "took it in time) since reset."),
+                Field("UNDO_STALL", 16, 1, "The gather waits for the undo-capture consumer "
+                      "(the checkpoint logger)."),
                 Field("SERIAL", 17, 1, "A serialising descriptor (UPDATE, COMMIT, FENCE) "
                       "is waiting for earlier ones or executing.")],
         doc="Live status of the embedding engine.")
@@ -639,6 +645,44 @@ def _engine_registers() -> Iterable[Register]:
         yield Register(name, offset, Kind.COUNTER64, clear_by="PERF_CTRL", doc=doc)
 
 
+def _ckpt_registers(config: DeviceConfig) -> Iterable[Register]:
+    yield Register(
+        "CK_CMD", 0x500, Kind.PULSE, width=1,
+        fields=[Field("RECOVER", 0, 1, "Write 1 to run recovery (docs/checkpoint.md). "
+                      "Refused (CK_STATUS.REJECTED) unless the engine is idle.")],
+        doc="Checkpoint command strobe (reads return 0).")
+    yield Register(
+        "CK_STATUS", 0x504, Kind.RO, width=12,
+        fields=[Field("BUSY", 0, 1, "Recovery is running."),
+                Field("DONE", 1, 1, "A recovery has finished since reset."),
+                Field("ON", 2, 1, "Checkpointing is on: the last recovery succeeded."),
+                Field("RESULT", 4, 2, "Result of the last recovery: 0 OK, 1 NO_SUPERBLOCK, "
+                      "2 PMEM_ERROR, 3 BAD_LAYOUT."),
+                Field("LOG_FULL", 8, 1, "The undo log is full now."),
+                Field("OVERFLOW", 9, 1, "A batch's undo log overflowed and is not committed."),
+                Field("REJECTED", 10, 1, "The last RECOVER command came while the engine "
+                      "was busy and was ignored."),
+                Field("LOG_BUSY", 11, 1, "The logger holds records not yet durable.")],
+        doc="Checkpoint logger and recovery status.")
+    for offset, name, width, doc in (
+            (0x508, "CK_COMMITTED", 32, "Last committed batch (0: none)."),
+            (0x50C, "CK_EPOCH", 16, "Log epoch (incremented by every recovery)."),
+            (0x510, "CK_ROLLED_BACK", 32, "Undo records the last recovery restored."),
+            (0x514, "CK_MLP_SLOT", 2, "Newest valid MLP checkpoint slot (3: none)."),
+            (0x518, "CK_MLP_BATCH", 32, "Batch id of the newest valid MLP checkpoint."),
+            (0x520, "CK_LOG_SEQ", 32, "Next undo record number."),
+            (0x524, "CK_OVERFLOW_BATCH", 32, "The batch whose undo log overflowed.")):
+        yield Register(name, offset, Kind.RO, width=width, doc=doc)
+    yield Register(
+        "CK_MLP_K", 0x51C, Kind.RW, width=16, reset=config.mlp_relax_k,
+        doc="MLP checkpoint relaxation K: a COMMIT of batch b waits while the newest valid "
+            "MLP checkpoint is older than b - K.")
+    yield Register("CK_RECORDS", 0x580, Kind.COUNTER64, clear_by="PERF_CTRL",
+                   doc="Undo records made durable.")
+    yield Register("CK_UNDO_STALL", 0x588, Kind.COUNTER64, clear_by="PERF_CTRL",
+                   doc="Cycles the gather waited for the undo logger.")
+
+
 def register_map(config: DeviceConfig) -> RegisterMap:
     """The device's registers for ``config``.
 
@@ -665,5 +709,6 @@ def register_map(config: DeviceConfig) -> RegisterMap:
         *_error_registers(),
         *_perf_registers(),
         *_engine_registers(),
+        *_ckpt_registers(config),
     ]
     return RegisterMap(regs, addr_width=config.csr_addr_width, name=config.tag)

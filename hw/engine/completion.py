@@ -3,6 +3,7 @@ record, in ring order, and advances the completion head once both are durable.""
 
 from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from hw.arith.fp32 import add, at_least, sub
@@ -34,6 +35,8 @@ INFO = data.StructLayout({
     "data_addr": ADDR_BITS,  # LOOKUP: pooled output
     "dim": 13,
     "bf16": 1,
+    "commit": 1,            # COMMIT with checkpointing on: write ``commit_word`` first
+    "commit_word": 64,      # docs/checkpoint.md: {committed, epoch, 0xC0DE}
 })
 
 #: The 64-byte completion record (``docs/embedding.md``).
@@ -52,7 +55,16 @@ RECORD = data.StructLayout({
     "rsvd2": _LINE_BITS - 288,
 })
 
-(_IDLE, _WAIT, _REC, _REC_B) = range(4)
+(_IDLE, _WAIT, _REC, _COMMIT) = range(4)
+
+#: Width of the write / B counters (modular; far more than the writes in flight).
+_COUNT_BITS = 16
+#: Descriptors whose record is written but whose B has not arrived yet.
+_DONE_DEPTH = 8
+_DONE = data.StructLayout({"target": _COUNT_BITS, "status": 8, "seq": 32, "kind": 8})
+
+#: Byte address of the checkpoint commit word (superblock line 1, bytes 0..7).
+_COMMIT_WORD_ADDR = 64
 
 
 class Completion(wiring.Component):
@@ -77,10 +89,16 @@ class Completion(wiring.Component):
     one's status, since the later one is dispatched to the sequencer only after that
     status has left it, and its rows then take a PMEM read before they pool.
 
+    A COMMIT with ``commit`` set first writes ``commit_word`` to the superblock's commit
+    word (bytes 64..71, ``wstrb`` on those eight bytes only; ``docs/checkpoint.md``).
+
     Then the completion record (:data:`RECORD`) is written to ``cq_base + (seq mod
-    2**order) * 64``; once every write of the descriptor and the record has its B, the
-    head advances and ``complete`` pulses with the status. B responses other than OKAY
-    pulse ``resp_error``.
+    2**order) * 64`` and the next descriptor starts at once. Every write uses AXI ID 0,
+    so B responses arrive in write order: once the B count reaches the record's write,
+    every write of the descriptor and the record are durable, the head advances and
+    ``complete`` pulses with the status, seq and kind (up to ``_DONE_DEPTH``
+    descriptors wait for their record's B this way). B responses other than OKAY pulse
+    ``resp_error``.
     """
 
     def __init__(self, *, addr_width: int, id_width: int):
@@ -110,17 +128,20 @@ class Completion(wiring.Component):
         aw = self._addr_width
         axi = self.pmem
         info = Signal(INFO)
-        state = Signal(range(_REC_B + 1))
+        state = Signal(range(_COMMIT + 1))
         got = Signal()                  # the sequencer's status is in ``status``
         status = Signal(8)
         bags = Signal(32)
         rows_written = Signal(32)
         updates = Signal(32)
         out_addr = Signal(aw)
-        b_out = Signal(16)              # writes without their B yet
+        w_count = Signal(_COUNT_BITS)   # writes loaded (modulo 2**_COUNT_BITS)
+        b_count = Signal(_COUNT_BITS)   # B responses received
+        m.submodules.done_q = done_q = SyncFIFOBuffered(width=_DONE.size, depth=_DONE_DEPTH)
         aw_pend, w_pend = Signal(), Signal()
         awaddr = Signal(aw)
         wdata = Signal(_LINE_BITS)
+        wstrb = Signal(_LINE_BITS // 8)
 
         can_load = Signal()
         load = Signal()                 # a write goes into the AW/W registers
@@ -134,7 +155,7 @@ class Completion(wiring.Component):
             axi.awburst.eq(AxiBurst.INCR),
             axi.wvalid.eq(w_pend),
             axi.wdata.eq(wdata),
-            axi.wstrb.eq((1 << (_LINE_BITS // 8)) - 1),
+            axi.wstrb.eq(wstrb),
             axi.wlast.eq(1),
             axi.bready.eq(1),
             axi.rready.eq(1),
@@ -146,10 +167,10 @@ class Completion(wiring.Component):
             m.d.sync += w_pend.eq(0)
         with m.If(load):
             m.d.sync += [aw_pend.eq(1), w_pend.eq(1)]
-        with m.If(load & ~axi.bvalid):
-            m.d.sync += b_out.eq(add(b_out, 1, 16))
-        with m.Elif(~load & axi.bvalid):
-            m.d.sync += b_out.eq(sub(b_out, 1, 16))
+        with m.If(load):
+            m.d.sync += w_count.eq(add(w_count, 1, _COUNT_BITS))
+        with m.If(axi.bvalid):
+            m.d.sync += b_count.eq(add(b_count, 1, _COUNT_BITS))
 
         # --- a pooled line, its padding bytes zeroed: byte k of vector line j is kept
         # iff 64 * j + k < dim * element bytes, i.e. j < full, or j == full and k < part.
@@ -187,11 +208,13 @@ class Completion(wiring.Component):
         ok_now = st.valid & ~got & ~st.p.status.any()
         passed = got & ~status.any()
         head_r = Signal(32)
+        entry = _DONE(done_q.w_data)
         m.d.comb += [
             self.head.eq(head_r),
-            self.status.eq(status),
-            self.seq.eq(info.seq),
-            self.kind.eq(info.kind),
+            entry.target.eq(add(w_count, 1, _COUNT_BITS)),   # B count once the record's B
+            entry.status.eq(status),
+            entry.seq.eq(info.seq),
+            entry.kind.eq(info.kind),
         ]
 
         new = self.i_info.payload
@@ -216,7 +239,9 @@ class Completion(wiring.Component):
                         state.eq(_WAIT),
                     ]
             with m.Case(_WAIT):
-                with m.If(~info.via_seq):
+                with m.If(~info.via_seq & info.commit):
+                    m.d.sync += state.eq(_COMMIT)
+                with m.Elif(~info.via_seq):
                     m.d.sync += state.eq(_REC)
                 with m.Elif(error_now):
                     m.d.comb += st.ready.eq(1)
@@ -236,6 +261,7 @@ class Completion(wiring.Component):
                                 m.d.sync += [
                                     awaddr.eq(out_addr),
                                     wdata.eq(masked),
+                                    wstrb.eq(C((1 << (_LINE_BITS // 8)) - 1, _LINE_BITS // 8)),
                                     out_addr.eq(add(out_addr, 1 << _LINE_SHIFT, aw)),
                                 ]
                                 with m.If(pooled.p.last):
@@ -249,12 +275,32 @@ class Completion(wiring.Component):
                                 updates.eq(self.i_done.p.updates),
                                 state.eq(_REC),
                             ]
-            with m.Case(_REC), m.If(can_load):
+            with m.Case(_COMMIT), m.If(can_load):
                 m.d.comb += load.eq(1)
-                m.d.sync += [awaddr.eq(rec_addr), wdata.eq(record), state.eq(_REC_B)]
-            with m.Case(_REC_B), m.If(~b_out.any() & ~aw_pend & ~w_pend):
-                m.d.comb += self.complete.eq(1)
-                m.d.sync += [head_r.eq(add(head_r, 1, 32)), state.eq(_IDLE)]
+                m.d.sync += [awaddr.eq(_COMMIT_WORD_ADDR), wdata.eq(info.commit_word),
+                             wstrb.eq(C(0xFF, _LINE_BITS // 8)), state.eq(_REC)]
+            with m.Case(_REC), m.If(can_load & done_q.w_rdy):
+                # The record is the descriptor's last write; all writes use one AXI ID,
+                # so its B arrives after every earlier one: the descriptor is complete
+                # when the B count reaches it. Meanwhile the next descriptor proceeds.
+                m.d.comb += [load.eq(1), done_q.w_en.eq(1)]
+                m.d.sync += [awaddr.eq(rec_addr), wdata.eq(record),
+                             wstrb.eq(C((1 << (_LINE_BITS // 8)) - 1, _LINE_BITS // 8)),
+                             state.eq(_IDLE)]
 
-        m.d.comb += self.busy.eq(state.any() | b_out.any())
+        # --- completion in order, when the record's B has arrived -------------------------
+        head_entry = _DONE(done_q.r_data)
+        reached = Signal()
+        m.d.comb += reached.eq(~sub(b_count, head_entry.target, _COUNT_BITS)[-1])
+        m.d.comb += [
+            done_q.r_en.eq(reached),
+            self.complete.eq(done_q.r_rdy & reached),
+            self.status.eq(head_entry.status),
+            self.seq.eq(head_entry.seq),
+            self.kind.eq(head_entry.kind),
+        ]
+        with m.If(self.complete):
+            m.d.sync += head_r.eq(add(head_r, 1, 32))
+
+        m.d.comb += self.busy.eq(state.any() | done_q.r_rdy | (w_count != b_count))
         return m

@@ -58,6 +58,8 @@ class Status(enum.Enum, shape=8):
     ADDR_RANGE = 4
     BAD_OFFSETS = 5
     INDEX_RANGE = 6
+    LOG_FULL = 7        # UPDATE of a batch whose undo log overflowed (docs/checkpoint.md)
+    BAD_BATCH = 8       # UPDATE / COMMIT out of batch order (docs/checkpoint.md)
 
 
 Descriptor = data.StructLayout({

@@ -2,7 +2,7 @@
 next to PMEM, completion records and head out (``docs/embedding.md``)."""
 
 from amaranth.hdl import C, Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
@@ -11,6 +11,9 @@ from hw.bus.axi import AXI4Signature
 from hw.bus.axi_arbiter import AxiArbiter
 from hw.config import DeviceConfig
 
+from ..ckpt.formats import COMMIT_MAGIC
+from ..ckpt.logger import UndoLogger
+from ..ckpt.recovery import Recovery
 from ..widths import eq_const, lt_const, zext
 from .bag_sequencer import STATUS, BagSequencer
 from .completion import INFO, Completion
@@ -18,14 +21,17 @@ from .desc_fetch import RING_ORDER_MAX, DescFetch
 from .descriptor import DescKind, Descriptor, Status
 from .grad_feed import GradFeed
 from .pool_reduce import PoolReduce
-from .row_gather import UNDO, RowGather
+from .row_gather import RowGather
 from .scatter_update import ScatterUpdate
 
 __all__ = ["Engine"]
 
 _LINE_BITS = 512
-#: Managers behind the engine's PMEM arbiter, in arbiter order.
-_MANAGERS = ("gather", "sequencer", "completion", "fetch", "grad", "scatter")
+#: Managers behind the engine's PMEM arbiter, in arbiter order, and their priority
+#: classes (0 first): undo-log writes run in the background.
+_MANAGERS = ("gather", "sequencer", "completion", "fetch", "grad", "scatter", "recovery",
+             "logger")
+_PRIORITY = {"logger": 1}
 #: Descriptors dispatched and not yet completed that the completion queue holds.
 _QUEUE = 8
 
@@ -68,7 +74,7 @@ class Engine(wiring.Component):
         Descriptors completed.
     o_undo : ``Out(stream.Signature(UNDO))``
         LOOKUP's undo capture (:class:`~.row_gather.RowGather`).
-    busy, in_flight, serial, undo_dropped : ``Out``
+    busy, in_flight, serial, undo_stall : ``Out``
         ``ENG_STATUS`` fields.
     err_desc, err_seq, err_info, err_overrun, err_pmem : ``Out``
         ``ENG_ERR`` sets and the capture values.
@@ -88,11 +94,10 @@ class Engine(wiring.Component):
             "cq_base": In(aw),
             "tail": In(32),
             "head": Out(32),
-            "o_undo": Out(stream.Signature(UNDO)),
             "busy": Out(1),
             "in_flight": Out(8),
             "serial": Out(1),
-            "undo_dropped": Out(1),
+            "undo_stall": Out(1),
             "err_desc": Out(1),
             "err_seq": Out(32),
             "err_info": Out(16),
@@ -104,6 +109,24 @@ class Engine(wiring.Component):
             "ev_upd_line_written": Out(1),
             "ev_upd_item": Out(1),
             "ev_busy": Out(1),
+            # checkpoint (docs/checkpoint.md)
+            "ck_recover": In(1),
+            "ck_busy": Out(1),
+            "ck_done": Out(1),
+            "ck_on": Out(1),
+            "ck_result": Out(2),
+            "ck_log_full": Out(1),
+            "ck_overflow": Out(1),
+            "ck_rejected": Out(1),
+            "ck_log_busy": Out(1),
+            "ck_committed": Out(32),
+            "ck_epoch": Out(16),
+            "ck_rolled_back": Out(32),
+            "ck_mlp_slot": Out(2),
+            "ck_mlp_batch": Out(32),
+            "ck_seq": Out(32),
+            "ck_overflow_batch": Out(32),
+            "ev_record": Out(1),
         })
 
     def elaborate(self, platform):
@@ -125,14 +148,19 @@ class Engine(wiring.Component):
             addr_width=aw, id_width=mid, cache_rows=cfg.update_cache_rows,
             max_lines_per_row=max_lines)
         m.submodules.completion = comp = Completion(addr_width=aw, id_width=mid)
+        m.submodules.logger = logger = UndoLogger(
+            addr_width=aw, id_width=mid, max_slot_lines=cfg.log_slot_lines,
+            filter_rows=cfg.ckpt_filter_rows, fifo_lines=cfg.ckpt_fifo_lines)
+        m.submodules.recovery = recovery = Recovery(
+            addr_width=aw, id_width=mid, max_slot_lines=cfg.log_slot_lines)
         m.submodules.arbiter = arb = AxiArbiter(
             addr_width=aw, data_width=_LINE_BITS, id_width=mid,
-            priorities=[0] * len(_MANAGERS))
+            priorities=[_PRIORITY.get(name, 0) for name in _MANAGERS])
         m.submodules.info_q = info_q = SyncFIFOBuffered(width=INFO.size, depth=_QUEUE)
         m.submodules.status_q = status_q = SyncFIFOBuffered(width=STATUS.size, depth=_QUEUE)
 
         blocks = {"gather": gather, "sequencer": seq, "completion": comp, "fetch": fetch,
-                  "grad": grad, "scatter": scatter}
+                  "grad": grad, "scatter": scatter, "recovery": recovery, "logger": logger}
         for i, name in enumerate(_MANAGERS):
             wiring.connect(m, blocks[name].pmem, getattr(arb, f"m{i}"))
         wiring.connect(m, arb.sub, wiring.flipped(self.pmem))
@@ -156,18 +184,43 @@ class Engine(wiring.Component):
         executes = (is_lookup | is_update) & ~too_big
         serialising = (is_update | eq_const(kind, DescKind.COMMIT.value)
                        | eq_const(kind, DescKind.FENCE.value))
+        # --- checkpoint state (docs/checkpoint.md)
+        ck_on = Signal()                # the last recovery succeeded: logging and commits on
+        committed = Signal(32)
+        epoch = Signal(16)
+        cap_batch = Signal(32)          # batch of the last capturing LOOKUP
+        cap_valid = Signal()
+        is_commit = eq_const(kind, DescKind.COMMIT.value)
+        newer = Signal()                # the descriptor's batch is after the committed one
+        m.d.comb += newer.eq(d.batch_id > committed)
+        bad_batch = ck_on & ((is_commit & ~newer)
+                             | (is_update & (~newer | ~cap_valid | (d.batch_id != cap_batch))))
+        log_full = (ck_on & is_update & logger.overflow
+                    & (d.batch_id == logger.overflow_batch))
+
         pre = Signal(8)
-        m.d.comb += pre.eq(Mux(~known, C(Status.BAD_KIND.value, 8),
-                               Mux(too_big & (is_lookup | is_update)
-                                   | eq_const(kind, DescKind.MLP_CHECKPOINT.value),
-                                   C(Status.UNSUPPORTED.value, 8), C(Status.OK.value, 8))))
+        with m.If(~known):
+            m.d.comb += pre.eq(Status.BAD_KIND.value)
+        with m.Elif(bad_batch):
+            m.d.comb += pre.eq(Status.BAD_BATCH.value)
+        with m.Elif(log_full):
+            m.d.comb += pre.eq(Status.LOG_FULL.value)
+        with m.Elif(too_big & (is_lookup | is_update)
+                    | eq_const(kind, DescKind.MLP_CHECKPOINT.value)):
+            m.d.comb += pre.eq(Status.UNSUPPORTED.value)
+        executes = executes & ~pre.any()
+        do_commit = ck_on & is_commit & ~pre.any()
 
         outstanding = Signal(8)         # dispatched, not completed
         serial = Signal()               # a serialising descriptor is outstanding
+        # Undo records of earlier LOOKUPs durable: nothing in the gather's undo FIFO,
+        # nothing in the logger.
+        undo_drained = logger.drained & ~gather.o_undo.valid
         go = Signal()
-        m.d.comb += go.eq(f.valid & info_q.w_rdy
+        m.d.comb += go.eq(f.valid & info_q.w_rdy & ~recovery.busy
                           & Mux(serialising, ~outstanding.any(), ~serial)
-                          & (~executes | seq.i_desc.ready))
+                          & (~executes | seq.i_desc.ready)
+                          & (~(is_update & executes & ck_on) | undo_drained))
         info = INFO(info_q.w_data)
         m.d.comb += [
             f.ready.eq(go),
@@ -185,6 +238,8 @@ class Engine(wiring.Component):
             info.data_addr.eq(d.data_addr),
             info.dim.eq(d.dim),
             info.bf16.eq(d.bf16),
+            info.commit.eq(do_commit),
+            info.commit_word.eq(Cat(d.batch_id, epoch, C(COMMIT_MAGIC, 16))),
             seq.i_desc.valid.eq(go & executes),
             seq.i_desc.payload.eq(d),
         ]
@@ -203,6 +258,47 @@ class Engine(wiring.Component):
             m.d.sync += serial.eq(1)
         with m.Elif(done & eq_const(outstanding, 1) & ~go):
             m.d.sync += serial.eq(0)
+
+        # --- checkpoint: recovery command, commits, logger ---------------------------------
+        pend_commit = Signal()          # a COMMIT that writes the commit word is outstanding
+        pend_batch = Signal(32)
+        with m.If(go & do_commit):
+            m.d.sync += [pend_commit.eq(1), pend_batch.eq(d.batch_id)]
+        commit_done = done & pend_commit
+        with m.If(commit_done):
+            m.d.sync += [pend_commit.eq(0), committed.eq(pend_batch)]
+        with m.If(go & executes & is_lookup & d.capture_undo & ck_on):
+            m.d.sync += [cap_batch.eq(d.batch_id), cap_valid.eq(1)]
+
+        idle = (~outstanding.any() & ~fetch.busy & ~recovery.busy & undo_drained
+                & ~f.valid)
+        rejected = Signal()
+        rec_start = self.ck_recover & idle
+        with m.If(self.ck_recover):
+            m.d.sync += rejected.eq(~idle)
+        with m.If(rec_start):
+            m.d.sync += [ck_on.eq(0), cap_valid.eq(0)]
+        rec_was_busy = Signal()
+        m.d.sync += rec_was_busy.eq(recovery.busy)
+        rec_finished = rec_was_busy & ~recovery.busy
+        restart = Signal()
+        rec_ok = ~recovery.status.as_value().any()
+        with m.If(rec_finished & rec_ok):
+            m.d.sync += [ck_on.eq(1), committed.eq(recovery.committed),
+                         epoch.eq(recovery.epoch)]
+            m.d.comb += restart.eq(1)
+        m.d.comb += [
+            recovery.start.eq(rec_start),
+            logger.enable.eq(ck_on),
+            logger.log_base.eq(recovery.log_base),
+            logger.log_slots_log2.eq(recovery.log_slots_log2),
+            logger.slot_lines.eq(recovery.slot_lines),
+            logger.epoch.eq(epoch),
+            logger.commit.eq(commit_done),
+            logger.commit_batch.eq(pend_batch),
+            logger.restart.eq(restart),
+        ]
+        wiring.connect(m, gather.o_undo, logger.i_undo)
 
         # --- the sequencer's rows: to the gather (LOOKUP) or the gradient feed (UPDATE)
         rows = seq.o_rows
@@ -236,7 +332,6 @@ class Engine(wiring.Component):
         wiring.connect(m, gather.o_lines, pool.i_lines)
         m.d.comb += pool.i_ctrl.eq(gather.o_lines.payload.ctrl)
         wiring.connect(m, pool.o_pooled, comp.i_pooled)
-        wiring.connect(m, gather.o_undo, wiring.flipped(self.o_undo))
 
         sc = scatter.i_ctrl
         m.d.comb += [
@@ -279,7 +374,7 @@ class Engine(wiring.Component):
             self.busy.eq(fetch.busy | outstanding.any()),
             self.in_flight.eq(outstanding),
             self.serial.eq(serial),
-            self.undo_dropped.eq(gather.undo_dropped),
+            self.undo_stall.eq(gather.undo_stall),
             self.err_desc.eq(done & comp.status.any()),
             self.err_seq.eq(comp.seq),
             self.err_info.eq(Cat(comp.status, comp.kind)),
@@ -294,5 +389,21 @@ class Engine(wiring.Component):
             self.ev_upd_item.eq(grad.o_items.valid & grad.o_items.ready
                                 & ~grad.o_items.payload.nop),
             self.ev_busy.eq(outstanding.any()),
+            self.ck_busy.eq(recovery.busy),
+            self.ck_done.eq(recovery.done),
+            self.ck_on.eq(ck_on),
+            self.ck_result.eq(recovery.status.as_value()),
+            self.ck_log_full.eq(logger.full),
+            self.ck_overflow.eq(logger.overflow),
+            self.ck_rejected.eq(rejected),
+            self.ck_log_busy.eq(~undo_drained),
+            self.ck_committed.eq(committed),
+            self.ck_epoch.eq(epoch),
+            self.ck_rolled_back.eq(recovery.rolled_back),
+            self.ck_mlp_slot.eq(Mux(recovery.done, recovery.mlp_slot, C(3, 2))),
+            self.ck_mlp_batch.eq(recovery.mlp_batch),
+            self.ck_seq.eq(logger.seq),
+            self.ck_overflow_batch.eq(logger.overflow_batch),
+            self.ev_record.eq(logger.records),
         ]
         return m

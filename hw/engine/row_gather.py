@@ -11,6 +11,7 @@ from amaranth.lib.wiring import In, Out
 from hw.arith.fp32 import add, at_least, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 
+from ..widths import lt_const
 from .pool_reduce import CTRL, LINE, LINE_BITS
 
 __all__ = ["ROW", "UNDO", "RowGather", "ctrl_layout"]
@@ -32,7 +33,12 @@ UNDO = data.StructLayout({
     "row": 32,
     "line": 8,
     "data": LINE_BITS,
+    "row_addr": 48,         # device byte address of the row's first line
+    "n_lines": 8,           # lines of the row (the row's items are consecutive)
 })
+
+#: Undo items buffered between the gather and the consumer.
+_UNDO_FIFO = 4
 
 #: Bytes of a line, log2.
 _LINE_SHIFT = 6
@@ -57,6 +63,7 @@ _META = data.StructLayout({
     "row": 32, "row_k": 16, "last_row": 1, "weight": 32, "empty_bag": 1, "count": 16,
     "last_line": 8,         # lines of the row - 1 (0 for an empty bag)
     "batch_id": 32, "table_id": 16, "capture": 1, "pool": CTRL,
+    "row_addr": 48,
 })
 
 
@@ -125,12 +132,13 @@ class RowGather(wiring.Component):
     1..``max_lines_per_row`` (0 is not checked and misbehaves).
 
     **Undo capture.** When ``capture`` was set for a row, each of its lines is offered
-    on ``o_undo`` (``batch_id``, ``table_id``, ``row``, ``line``, ``data``) as it
-    leaves on ``o_lines``, in the same order. The capture never stalls the gather: the
-    undo item goes to an output register that obeys the stream rules; if that register
-    still holds an item the consumer has not taken when the next line leaves, the new
-    item is dropped and the sticky ``undo_dropped`` goes high (until reset). With a
-    consumer that is always ready nothing is dropped. Empty bags produce no undo item.
+    on ``o_undo`` (``batch_id``, ``table_id``, ``row``, ``line``, ``data``, the row's
+    first-line address ``row_addr`` and its line count ``n_lines``) as it leaves on
+    ``o_lines``, in the same order, through a ``_UNDO_FIFO``-entry FIFO. No item is ever
+    dropped: a capturing line enters the output register only when the FIFO will have
+    room for it, so a slow consumer stalls the gather (``undo_stall`` is high while
+    that is what holds the head). A consumer that is always ready never stalls it.
+    Empty bags produce no undo item.
 
     Parameters
     ----------
@@ -158,11 +166,11 @@ class RowGather(wiring.Component):
     o_lines : ``Out(stream.Signature(LINE))``
         Every line of every row, in index order, for :class:`~.pool_reduce.PoolReduce`.
     o_undo : ``Out(stream.Signature(UNDO))``
-        Lines of rows with ``capture`` (may drop, see above).
+        Lines of rows with ``capture`` (never dropped, see above).
     busy : ``Out(1)``
         Rows accepted whose lines have not all left on ``o_lines``.
-    undo_dropped : ``Out(1)``
-        Sticky: an undo item was dropped.
+    undo_stall : ``Out(1)``
+        The next line waits for room in the undo FIFO.
     resp_error : ``Out(1)``
         Sticky: an R beat answered other than OKAY.
 
@@ -197,7 +205,7 @@ class RowGather(wiring.Component):
             "o_lines": Out(stream.Signature(LINE)),
             "o_undo": Out(stream.Signature(UNDO)),
             "busy": Out(1),
-            "undo_dropped": Out(1),
+            "undo_stall": Out(1),
             "resp_error": Out(1),
         })
 
@@ -318,6 +326,8 @@ class RowGather(wiring.Component):
         rows, ctrl = self.i_rows, self.i_ctrl
         m.d.comb += rows.ready.eq((~s1_valid | (go & whole)) & meta_fifo.w_rdy)
         offset = rows.p.row * ctrl.lines_per_row
+        row_addr = Signal(aw)
+        m.d.comb += row_addr.eq(add(ctrl.table_base, Cat(C(0, _LINE_SHIFT), offset), aw))
         meta_in = _META(meta_fifo.w_data)
         m.d.comb += [
             meta_fifo.w_en.eq(rows.valid & rows.ready),
@@ -333,12 +343,13 @@ class RowGather(wiring.Component):
             meta_in.table_id.eq(ctrl.table_id),
             meta_in.capture.eq(ctrl.capture),
             meta_in.pool.eq(ctrl.pool),
+            meta_in.row_addr.eq(row_addr),
         ]
         with m.If(rows.valid & rows.ready):
             m.d.sync += [
                 s1_valid.eq(1),
                 s1_empty.eq(rows.p.empty_bag),
-                s1_addr.eq(add(ctrl.table_base, Cat(C(0, _LINE_SHIFT), offset), aw)),
+                s1_addr.eq(row_addr),
                 s1_left.eq(Mux(rows.p.empty_bag, C(1, 9), ctrl.lines_per_row)),
             ]
 
@@ -380,7 +391,16 @@ class RowGather(wiring.Component):
         cur = Signal(_META)             # metadata of the line in the output register
         cur_line = Signal(8)
         line = Signal(8)                # line of the head's row at the head
-        avail = _bit(m, arrived, head[:slot_bits], "arrived_at_head") & meta_fifo.r_rdy
+        # A capturing line may enter the output register only if the undo FIFO will have
+        # room for it when it leaves, counting the line leaving now.
+        m.submodules.undo_fifo = undo_fifo = SyncFIFOBuffered(width=UNDO.size,
+                                                             depth=_UNDO_FIFO)
+        undo_room = Signal()
+        m.d.comb += undo_room.eq(~meta.capture | meta.empty_bag | lt_const(
+            add(undo_fifo.level, o.valid & cur.capture & ~cur.empty_bag,
+                len(undo_fifo.level)), _UNDO_FIFO))
+        avail = (_bit(m, arrived, head[:slot_bits], "arrived_at_head") & meta_fifo.r_rdy
+                 & undo_room)
         advance = ~o.valid | o.ready
         m.d.comb += [
             rob_rd.addr.eq(head[:slot_bits]),
@@ -413,22 +433,23 @@ class RowGather(wiring.Component):
             o.p.ctrl.eq(cur.pool),
         ]
 
-        # --- undo capture: never stalls the gather ----------------------------------------
+        # --- undo capture: every line of a capturing row, in order, through a FIFO ------
         u = self.o_undo
-        with m.If(u.ready):
-            m.d.sync += u.valid.eq(0)
-        with m.If(o.valid & o.ready & cur.capture & ~cur.empty_bag):
-            with m.If(~u.valid | u.ready):
-                m.d.sync += [
-                    u.valid.eq(1),
-                    u.p.batch_id.eq(cur.batch_id),
-                    u.p.table_id.eq(cur.table_id),
-                    u.p.row.eq(cur.row),
-                    u.p.line.eq(cur_line),
-                    u.p.data.eq(rob_rd.data),
-                ]
-            with m.Else():
-                m.d.sync += self.undo_dropped.eq(1)
+        item = UNDO(undo_fifo.w_data)
+        m.d.comb += [
+            undo_fifo.w_en.eq(o.valid & o.ready & cur.capture & ~cur.empty_bag),
+            item.batch_id.eq(cur.batch_id),
+            item.table_id.eq(cur.table_id),
+            item.row.eq(cur.row),
+            item.line.eq(cur_line),
+            item.data.eq(rob_rd.data),
+            item.row_addr.eq(cur.row_addr),
+            item.n_lines.eq(add(cur.last_line, 1, 8)),
+            u.valid.eq(undo_fifo.r_rdy),
+            u.payload.eq(undo_fifo.r_data),
+            undo_fifo.r_en.eq(u.ready),
+            self.undo_stall.eq(meta_fifo.r_rdy & ~undo_room),
+        ]
 
         m.d.comb += self.busy.eq(s1_valid | (tail != head) | o.valid)
         return m

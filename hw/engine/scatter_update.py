@@ -46,30 +46,22 @@ def ctrl_layout(addr_width: int) -> data.StructLayout:
     })
 
 
-class _State(enum.Enum, shape=5):
+class _State(enum.Enum, shape=4):
     """Controller states (a Switch, not ``m.FSM``, whose state comparisons are not
     lint clean past 16 states)."""
     CLEAR = 0
-    IDLE = 1
-    TAG = 2
+    RUN = 1         # accept items, issue hits into the update pipeline
+    DRAIN = 2       # after ``last``: wait for the pipeline to empty, then flush
     WB_READ = 3
     WB_LOAD = 4
     WB_SEND = 5
     WB_WAIT = 6
     FILL = 7
-    C_READ = 8
-    C_LOAD = 9
-    C_MUL = 10
-    C_MUL_WAIT = 11
-    C_ADD = 12
-    C_ADD_WAIT = 13
-    C_RND = 14
-    C_RND_WAIT = 15
-    C_WRITE = 16
-    F_READ = 17
-    F_CHECK = 18
-    F_NEXT = 19
-    DONE = 20
+    RETAG = 8       # re-read the tag of the filled slot
+    F_READ = 9
+    F_CHECK = 10
+    F_NEXT = 11
+    DONE = 12
 
 
 def _check_int(name, value, lo, hi):
@@ -114,19 +106,43 @@ class ScatterUpdate(wiring.Component):
     Read-after-write hazard: no read is issued while a write-back is unacknowledged,
     so a re-read sees the durable write-back (``docs/pmem-model.md``: durable at B).
 
-    **Latency, throughput, reset.** Items are processed one at a time by a sequential
-    controller: a cache hit takes 13 cycles per item with ``weighted`` (9 without; bf16
-    tables +2 for the rounding), i.e. about 1/13 gradient line per cycle. A miss adds the row
-    read (``lines_per_row`` ARs, then PMEM latency) and, when the slot was occupied,
-    the write-back of ``lines_per_row`` lines (3 cycles per line plus backpressure) and
-    its B latency. After reset the tag memory is cleared for ``cache_rows`` cycles
-    (``i_items.ready`` low); reset drops the descriptor in progress (its cached rows
-    are not written). AXI error responses are not checked.
+    **Pipeline.** Items that hit are issued one per cycle into a fixed-latency
+    pipeline (``weight * grad`` in the multipliers, with weight 1.0 when not
+    ``weighted``, which is exact; the line read; the add; the bf16 rounding; the write
+    of only the 16-bit granules the item updates, so padding elements and the other
+    half of a bf16 line are never rewritten). An item reads its line 2 cycles after
+    issue and adds 3 cycles after issue; the results of the items issued 3 (fp32
+    only), 4 and 5 cycles before it to the same granules are forwarded into that add
+    (newest wins), and an item whose granules an item issued 1 or 2 cycles before it
+    (or 3, bf16) still computes waits in front of the pipeline. Each add therefore
+    sees the previous update of its elements, which keeps the results bit-identical to
+    the sequential definition. Misses, write-backs, fills and the flush are sequential
+    and start only once the pipeline has drained.
 
-    **Streams.** ``i_items.ready`` is high only when the block is waiting for an item;
-    ``i_ctrl`` is sampled with every ``i_items`` transfer (the flush at ``last`` uses the
-    copy taken with that item). ``o_done`` is a register that holds until the transfer.
-    All AXI valids and payloads come from registers.
+    **Latency, throughput, reset.** Measured in simulation (no backpressure, 8-slot
+    cache, PMEM read and write latency 20): an item that hits holds the input for one
+    cycle, fp32 and bf16, weighted or not (the sequential controller this replaced
+    took 9 / 13 cycles fp32 unweighted / weighted, 11 / 15 bf16), as long as the
+    previous update of its elements was issued at least 3 (fp32) or 4 (bf16) cycles
+    earlier; so rows of 3+ fp32 lines or 2+ bf16 lines never wait, and a one-line
+    fp32 row repeated index after index takes 3 cycles per item, a two-line fp32 row
+    1.5, a one-line bf16 row (two items, one per half) 2. An item's line is written 8
+    cycles after its transfer. A miss holds the input while the pipeline drains (up
+    to 7 cycles), then reads the row (``lines_per_row`` ARs and the read latency) and
+    re-reads its tag (1 cycle): 27 cycles for a 4-line row with the pipeline empty,
+    33 on average in a Zipf workload (the previous controller: 33 to 37 including its
+    own update); when the slot was occupied the eviction adds the write-back of
+    ``lines_per_row`` lines (3 cycles per line plus backpressure) and its B latency:
+    65 cycles for a 4-line row (previously 68). After reset the tag memory is cleared
+    for ``cache_rows`` cycles (``i_items.ready`` low); reset drops the descriptor in
+    progress (its cached rows are not written). AXI error responses are not checked.
+
+    **Streams.** ``i_items.ready`` is high while the block runs (not clearing, missing,
+    flushing or completing) and its check stage is empty or issuing an item that is
+    not ``last``; it depends on registers and memory outputs only, not on
+    ``i_items.valid``. ``i_ctrl`` is sampled with every ``i_items`` transfer (the flush
+    at ``last`` uses the copy taken with that item). ``o_done`` is a register that
+    holds until the transfer. All AXI valids and payloads come from registers.
 
     **Requirements on the input.** ``1 <= lines_per_row <= max_lines_per_row``, ``dim``
     consistent with it, ``row`` in range, items of a counted index contiguous and in
@@ -191,10 +207,12 @@ class ScatterUpdate(wiring.Component):
         line_bits = (self._max_lines_per_row - 1).bit_length()
         i, axi, done = self.i_items, self.pmem, self.o_done
 
+        # Data written in 16-bit granules: an item writes only the elements it updates,
+        # so the other elements of the line never depend on a stale copy.
         m.submodules.data = data_mem = Memory(
             shape=LINE_BITS, depth=self._cache_rows << line_bits, init=[])
         rd = data_mem.read_port(transparent_for=())
-        wr = data_mem.write_port()
+        wr = data_mem.write_port(granularity=16)
         tag_layout = data.StructLayout({"row": 32, "valid": 1})
         m.submodules.tags = tag_mem = Memory(shape=tag_layout, depth=self._cache_rows,
                                              init=[])
@@ -210,7 +228,8 @@ class ScatterUpdate(wiring.Component):
             m.submodules[f"rnd{k}"] = rnds[k]
 
         # --- registered state
-        cur = Signal(ITEM, reset_less=True)
+        cur = Signal(ITEM, reset_less=True)     # stage A: the item being checked
+        a_valid = Signal()
         ctrl = Signal(ctrl_layout(aw), reset_less=True)
         slot = Signal(slot_bits)            # the item's slot; the scan pointer in flush
         addr_row = Signal(32, reset_less=True)   # row being written back or read
@@ -221,10 +240,6 @@ class ScatterUpdate(wiring.Component):
         aw_pend = Signal()
         w_pend = Signal()
         w_data = Signal(LINE_BITS, reset_less=True)
-        old = Signal(LINE_BITS, reset_less=True)    # the cached line being updated
-        step = Signal(LINE_BITS, reset_less=True)   # fl32(w * g) per lane
-        total = Signal(LINE_BITS, reset_less=True)  # the fp32 sums
-        narrow = Signal(LINE_BITS // 2, reset_less=True)   # the sums rounded to bf16
         rows_written = Signal(32)
         updates = Signal(32)
 
@@ -259,40 +274,120 @@ class ScatterUpdate(wiring.Component):
         with m.If(axi.bvalid):
             m.d.sync += b_cnt.eq(add(b_cnt, 1, 7))
 
-        # --- element mask: lane e is a table element iff 16 * line + e < dim
-        remaining = sub(ctrl.dim, Cat(C(0, 4), cur.line), DIM_BITS + 1)
+        # --- stage A: the cache line, the granules the item writes, the tag check
+        # Granule ``g`` is bits 16g..16g+15 of the line. Lane ``e`` is a table element
+        # iff 16 * line + e < dim; fp32 lane e is granules 2e, 2e+1; bf16 lane e of
+        # half h is granule 16h + e.
+        remaining = Signal(DIM_BITS + 1)
+        m.d.comb += remaining.eq(sub(ctrl.dim, Cat(C(0, 4), cur.line), DIM_BITS + 1))
         live = [~remaining[DIM_BITS] & at_least(remaining[:DIM_BITS], e + 1)
                 for e in range(LINE_ELEMS)]
+        fp32_mask = Cat(*(live[g // 2] for g in range(2 * LINE_ELEMS)))
+        bf16_mask = Cat(*(live[e] & ~half for e in range(LINE_ELEMS)),
+                        *(live[e] & half for e in range(LINE_ELEMS)))
+        meta_layout = data.StructLayout({
+            "addr": line_bits + slot_bits,  # {slot, table line}: the cache line
+            "mask": 2 * LINE_ELEMS,         # granules written
+            "half": 1,
+            "bf16": 1,
+        })
+        a_meta = Signal(meta_layout)
+        m.d.comb += [
+            a_meta.addr.eq(Cat(tline[:line_bits], slot)),
+            a_meta.mask.eq(Mux(ctrl.bf16, bf16_mask, fp32_mask)),
+            a_meta.half.eq(half),
+            a_meta.bf16.eq(ctrl.bf16),
+        ]
+        tag = data.View(tag_layout, tag_rd.data)
+        hit = Signal()
+        m.d.comb += hit.eq(tag.valid & (tag.row == cur.row))
 
-        # --- arithmetic operands and the merged result line
-        merged_fp32 = []
-        merged_bf16 = [old[16 * k:16 * k + 16] for k in range(2 * LINE_ELEMS)]
+        # --- the update pipeline, one item per cycle, fixed latency. An item issued at
+        # position 0 (from stage A) is at position ``k`` k cycles later:
+        #   0: weight * grad into the multipliers (weight 1.0 unweighted: exact)
+        #   2: cache line read
+        #   3: line (with forwarding) + product into the adders
+        #   6: sums; into the bf16 rounding; forwarded to position 3 (fp32 only)
+        #   7: the line written (granules of the item); forwarded to position 3
+        #   8: (the line written last cycle, forwarded to position 3)
+        depth = 8
+        valid = [None] + [Signal(name=f"p{k}_valid") for k in range(1, depth + 1)]
+        meta = [a_meta] + [Signal(meta_layout, name=f"p{k}_meta", reset_less=True)
+                           for k in range(1, depth + 1)]
+        issue = Signal()
+        m.d.sync += valid[1].eq(issue)
+        m.d.sync += meta[1].eq(a_meta)
+        for k in range(1, depth):
+            m.d.sync += [valid[k + 1].eq(valid[k]), meta[k + 1].eq(meta[k])]
+        busy = Signal()     # an item not yet written
+        m.d.comb += busy.eq(Cat(*valid[1:depth]).any())
+
+        def overlaps(k):
+            return (valid[k] & (meta[k].addr == a_meta.addr)
+                    & (meta[k].mask & a_meta.mask).any())
+
+        # An item issued now reads its line at position 2 and needs it at position 3;
+        # an earlier item to the same granules at position 1 or 2 (or 3 if bf16: its
+        # rounded value is not ready) would not have its result by then.
+        hazard = Signal()
+        m.d.comb += hazard.eq(overlaps(1) | overlaps(2) | (overlaps(3) & meta[3].bf16))
+
+        weight = Signal(32)
+        m.d.comb += weight.eq(Mux(ctrl.weighted, cur.weight, C(0x3F80_0000, 32)))
         for e in range(LINE_ELEMS):
-            lane = slice(32 * e, 32 * e + 32)
-            old_bf16 = Mux(half, old[256 + 16 * e:256 + 16 * e + 16], old[16 * e:16 * e + 16])
-            widened = Mux(ctrl.bf16, Cat(C(0, 16), old_bf16), old[lane])
             m.d.comb += [
-                muls[e].i_operands.p.a.eq(cur.weight),
-                muls[e].i_operands.p.b.eq(cur.grad[lane]),
-                adds[e].i_operands.p.a.eq(widened),
-                adds[e].i_operands.p.b.eq(step[lane]),
-                rnds[e].i_operands.p.a.eq(total[lane]),
+                muls[e].i_operands.valid.eq(issue),
+                muls[e].i_operands.p.a.eq(weight),
+                muls[e].i_operands.p.b.eq(cur.grad[32 * e:32 * e + 32]),
                 muls[e].o_result.ready.eq(1),
                 adds[e].o_result.ready.eq(1),
                 rnds[e].o_result.ready.eq(1),
             ]
-            merged_fp32.append(Mux(live[e], total[lane], old[lane]))
-            new = narrow[16 * e:16 * e + 16]
-            for h in range(2):
-                k = 16 * h + e
-                merged_bf16[k] = Mux(live[e] & (half if h else ~half), new, merged_bf16[k])
-        merged = Mux(ctrl.bf16, Cat(*merged_bf16), Cat(*merged_fp32))
+
+        sums = Signal(LINE_BITS)
+        m.d.comb += sums.eq(Cat(*(u.o_result.payload for u in adds)))
+        total = Signal(LINE_BITS, reset_less=True)      # fp32 sums at position 7
+        m.d.sync += total.eq(sums)
+        narrow = Signal(LINE_BITS // 2)                 # bf16 sums at position 7
+        m.d.comb += narrow.eq(Cat(*(u.o_result.payload for u in rnds)))
+        wdata = Signal(LINE_BITS)
+        m.d.comb += wdata.eq(Mux(meta[7].bf16, Cat(narrow, narrow), total))
+        written = Signal(LINE_BITS, reset_less=True)    # position 8
+        m.d.sync += written.eq(wdata)
+
+        # The line at position 3: the cache copy, overlaid with the granules of the
+        # items at positions 8, 7 and 6 (newest last) to the same line.
+        line = rd.data
+        for k, src, ok in ((8, written, C(1, 1)), (7, wdata, C(1, 1)),
+                           (6, sums, ~meta[6].bf16)):
+            sel = Signal(2 * LINE_ELEMS, name=f"fwd{k}")
+            m.d.comb += sel.eq(meta[k].mask & (valid[k] & ok & (meta[k].addr == meta[3].addr))
+                               .replicate(2 * LINE_ELEMS))
+            merged = Signal(LINE_BITS, name=f"line_fwd{k}")
+            m.d.comb += merged.eq(Cat(*(Mux(sel[g], src[16 * g:16 * g + 16],
+                                            line[16 * g:16 * g + 16])
+                                        for g in range(2 * LINE_ELEMS))))
+            line = merged
+        old = line
+        for e in range(LINE_ELEMS):
+            lane = slice(32 * e, 32 * e + 32)
+            old_bf16 = Mux(meta[3].half, old[256 + 16 * e:256 + 16 * e + 16],
+                           old[16 * e:16 * e + 16])
+            m.d.comb += [
+                adds[e].i_operands.valid.eq(valid[3]),
+                adds[e].i_operands.p.a.eq(Mux(meta[3].bf16, Cat(C(0, 16), old_bf16),
+                                              old[lane])),
+                adds[e].i_operands.p.b.eq(muls[e].o_result.payload),
+                rnds[e].i_operands.valid.eq(valid[6]),
+                rnds[e].i_operands.p.a.eq(sums[lane]),
+            ]
 
         m.d.comb += [
-            rd.addr.eq(Cat(tline[:line_bits], slot)),
+            rd.addr.eq(meta[2].addr),
+            wr.addr.eq(meta[7].addr),
+            wr.data.eq(wdata),
+            wr.en.eq(meta[7].mask & valid[7].replicate(2 * LINE_ELEMS)),
             tag_rd.addr.eq(slot),
-            wr.addr.eq(Cat(tline[:line_bits], slot)),
-            wr.data.eq(merged),
             tag_wr.addr.eq(slot),
         ]
 
@@ -312,29 +407,38 @@ class ScatterUpdate(wiring.Component):
                 m.d.comb += [tag_wr.en.eq(1), tag_wr.data.eq(0)]
                 m.d.sync += slot.eq(add(slot, 1, slot_bits))
                 with m.If(slot.all()):
-                    m.d.sync += state.eq(_State.IDLE)
+                    m.d.sync += state.eq(_State.RUN)
 
-            with m.Case(_State.IDLE):
-                m.d.comb += [i.ready.eq(1), tag_rd.addr.eq(i.p.row[:slot_bits])]
-                with m.If(i.valid):
-                    m.d.sync += [cur.eq(i.p), ctrl.eq(self.i_ctrl),
-                                 slot.eq(i.p.row[:slot_bits])]
+            with m.Case(_State.RUN):
+                # Stage A issues a hit without hazard; takes an item when empty or
+                # issuing (not past ``last``); a miss waits for the pipeline to drain.
+                m.d.comb += [
+                    issue.eq(a_valid & hit & ~hazard),
+                    i.ready.eq(~a_valid | (issue & ~cur.last)),
+                ]
+                with m.If(issue):
+                    m.d.sync += a_valid.eq(0)
+                    with m.If(cur.last):
+                        m.d.sync += state.eq(_State.DRAIN)
+                with m.If(a_valid & ~hit & ~busy):
+                    with m.If(tag.valid):
+                        start_writeback(m, tag.row)
+                    with m.Else():
+                        start_fill(m)
+                with m.If(i.valid & i.ready):
+                    m.d.comb += tag_rd.addr.eq(i.p.row[:slot_bits])
                     with m.If(i.p.nop & i.p.last):
-                        m.d.sync += [slot.eq(0), flushing.eq(1)]
-                        m.d.sync += state.eq(_State.F_READ)
+                        m.d.sync += ctrl.eq(self.i_ctrl)
+                        m.d.sync += state.eq(_State.DRAIN)
                     with m.Elif(~i.p.nop):
+                        m.d.sync += [cur.eq(i.p), ctrl.eq(self.i_ctrl), a_valid.eq(1),
+                                     slot.eq(i.p.row[:slot_bits])]
                         with m.If(~i.p.line.any()):
                             m.d.sync += updates.eq(add(updates, 1, 32))
-                        m.d.sync += state.eq(_State.TAG)
 
-            with m.Case(_State.TAG):
-                tag = data.View(tag_layout, tag_rd.data)
-                with m.If(tag.valid & (tag.row == cur.row)):
-                    m.d.sync += state.eq(_State.C_READ)
-                with m.Elif(tag.valid):
-                    start_writeback(m, tag.row)
-                with m.Else():
-                    start_fill(m)
+            with m.Case(_State.DRAIN), m.If(~busy):
+                m.d.sync += [slot.eq(0), flushing.eq(1)]
+                m.d.sync += state.eq(_State.F_READ)
 
             # --- write-back of the row in ``slot`` (``addr_row``), one line per burst
             with m.Case(_State.WB_READ):
@@ -370,63 +474,23 @@ class ScatterUpdate(wiring.Component):
                     axi.rready.eq(1),
                     wr.addr.eq(Cat(r_cnt[:line_bits], slot)),
                     wr.data.eq(axi.rdata),
+                    wr.en.eq(axi.rvalid.replicate(2 * LINE_ELEMS)),
                 ]
                 with m.If(axi.arvalid & axi.arready):
                     m.d.sync += cnt.eq(add(cnt, 1, 7))
                 with m.If(axi.rvalid):
-                    m.d.comb += wr.en.eq(1)
                     m.d.sync += r_cnt.eq(add(r_cnt, 1, 7))
                     with m.If(add(r_cnt, 1, 7) == lpr):
                         m.d.comb += [tag_wr.en.eq(1), tag_wr.data.eq(Cat(cur.row, C(1, 1)))]
-                        m.d.sync += state.eq(_State.C_READ)
-
-            # --- the update of one line
-            with m.Case(_State.C_READ):
-                m.d.sync += state.eq(_State.C_LOAD)
-            with m.Case(_State.C_LOAD):
-                m.d.sync += old.eq(rd.data)
-                with m.If(ctrl.weighted):
-                    m.d.sync += state.eq(_State.C_MUL)
-                with m.Else():
-                    m.d.sync += step.eq(cur.grad)
-                    m.d.sync += state.eq(_State.C_ADD)
-            with m.Case(_State.C_MUL):
-                for u in muls:
-                    m.d.comb += u.i_operands.valid.eq(1)
-                m.d.sync += state.eq(_State.C_MUL_WAIT)
-            with m.Case(_State.C_MUL_WAIT), m.If(muls[0].o_result.valid):
-                m.d.sync += step.eq(Cat(*(u.o_result.payload for u in muls)))
-                m.d.sync += state.eq(_State.C_ADD)
-            with m.Case(_State.C_ADD):
-                for u in adds:
-                    m.d.comb += u.i_operands.valid.eq(1)
-                m.d.sync += state.eq(_State.C_ADD_WAIT)
-            with m.Case(_State.C_ADD_WAIT), m.If(adds[0].o_result.valid):
-                m.d.sync += total.eq(Cat(*(u.o_result.payload for u in adds)))
-                with m.If(ctrl.bf16):
-                    m.d.sync += state.eq(_State.C_RND)
-                with m.Else():
-                    m.d.sync += state.eq(_State.C_WRITE)
-            with m.Case(_State.C_RND):
-                for u in rnds:
-                    m.d.comb += u.i_operands.valid.eq(1)
-                m.d.sync += state.eq(_State.C_RND_WAIT)
-            with m.Case(_State.C_RND_WAIT), m.If(rnds[0].o_result.valid):
-                m.d.sync += narrow.eq(Cat(*(u.o_result.payload for u in rnds)))
-                m.d.sync += state.eq(_State.C_WRITE)
-            with m.Case(_State.C_WRITE):
-                m.d.comb += wr.en.eq(1)
-                with m.If(cur.last):
-                    m.d.sync += [slot.eq(0), flushing.eq(1)]
-                    m.d.sync += state.eq(_State.F_READ)
-                with m.Else():
-                    m.d.sync += state.eq(_State.IDLE)
+                        m.d.sync += state.eq(_State.RETAG)
+            with m.Case(_State.RETAG):
+                # The tag read of this cycle (``slot``) sees the fill's tag write.
+                m.d.sync += state.eq(_State.RUN)
 
             # --- flush: write back every cached row, invalidate, complete
             with m.Case(_State.F_READ):
                 m.d.sync += state.eq(_State.F_CHECK)
             with m.Case(_State.F_CHECK):
-                tag = data.View(tag_layout, tag_rd.data)
                 with m.If(tag.valid):
                     m.d.comb += [tag_wr.en.eq(1), tag_wr.data.eq(0)]
                     start_writeback(m, tag.row)
@@ -448,5 +512,5 @@ class ScatterUpdate(wiring.Component):
                 m.d.sync += [rows_written.eq(0), updates.eq(0)]
                 with m.If(done.ready):
                     m.d.sync += done.valid.eq(0)
-                    m.d.sync += state.eq(_State.IDLE)
+                    m.d.sync += state.eq(_State.RUN)
         return m

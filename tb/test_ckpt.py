@@ -1,0 +1,265 @@
+"""cocotb tests of the checkpoint logger and recovery in the whole device: the crash
+campaign of ``docs/checkpoint.md`` and the bad inputs around it.
+
+A crash point: format the device, create small random tables, run recovery (which turns
+checkpointing on), then run a training-like sequence (per batch: a capturing LOOKUP per
+table, an UPDATE per table, COMMIT) while the power fails at a random cycle (unacked
+PMEM writes dropped, applied or torn at 8-byte granularity, seeded); reset; recovery;
+then the invariants of ARCHITECTURE §7 are checked bit for bit:
+
+* the committed batch is at least the last COMMIT that completed before the crash and
+  at most the last one issued;
+* every table equals the golden model after exactly that batch (row padding included);
+* the engine works afterwards: one more batch runs and commits.
+
+Test parameters: ``n_points`` (crash points per campaign test).
+"""
+
+from __future__ import annotations
+
+import cocotb
+import numpy as np
+
+from hw.engine.descriptor import DescKind, PoolMode, Status
+from sim import embedding as emb
+from sim.embedding import BF16, FP32, LINE_BYTES
+from tb.ckpt_driver import CkptDriver
+from tb.device_tb import DeviceTB
+from tb.engine_driver import Batch, random_table
+
+#: Batches per crash point, tables, bags per batch and rows per bag.
+BATCHES, TABLES, BAGS, POOLING = 3, 2, 4, 3
+
+
+def _fixed_bags(rng, rows: int, bags: int = BAGS, pooling: int = POOLING) -> Batch:
+    idx = emb.power_law_rows(rng, bags * pooling, rows, 1.05).astype(np.int32)
+    return Batch(idx, (np.arange(bags) * pooling).astype(np.int32))
+
+
+class Campaign:
+    """One device, one driver and the golden tables per batch of the current point."""
+
+    def __init__(self, tb: DeviceTB, *, log_slots: int = 32):
+        self.tb = tb
+        self.rng = np.random.default_rng(tb.rng.getrandbits(64))
+        self.drv = CkptDriver(tb, log_slots=log_slots)
+        self.tables = []
+        self.golden: dict[int, list[np.ndarray]] = {}
+        self.issued = self.completed = 0
+
+    async def fresh(self) -> None:
+        """Reset, format, new tables, recovery (checkpointing on)."""
+        drv = self.drv
+        await self.tb.reset_device()
+        drv.heap.release(drv.layout_end)
+        drv.reset_state()
+        await drv.setup()
+        drv.format()
+        dims = [d for d in (16, 40, 64) if d <= self.tb.config.engine_max_dim]
+        self.tables = []
+        for i in range(TABLES):
+            dtype = BF16 if i % 2 else FP32
+            data = random_table(self.rng, 16, dims[i % len(dims)], dtype)
+            self.tables.append(await drv.add_table(data, rng=self.rng))
+        self.mark = drv.heap.next
+        res = await drv.recover()
+        assert res.status == 0 and res.committed == 0 and res.rolled_back == 0, res
+        self.golden = {0: [t.data for t in self.tables]}
+        self.issued = self.completed = 0
+
+    async def train(self, first: int, last: int) -> None:
+        """Batches ``first..last``: LOOKUPs (capturing), UPDATEs, COMMIT, one doorbell
+        and wait per batch; ``completed`` follows the COMMITs seen done."""
+        drv = self.drv
+        for b in range(first, last + 1):
+            drv.heap.release(self.mark)
+            batches = [_fixed_bags(self.rng, t.rows) for t in self.tables]
+            for t, batch in zip(self.tables, batches, strict=True):
+                await drv.lookup(t, batch, mode=PoolMode.SUM, batch_id=b, capture_undo=True)
+            for t, batch in zip(self.tables, batches, strict=True):
+                grads = (self.rng.standard_normal((batch.num_bags, t.dim)) * 0.5).astype(
+                    np.float32)
+                exp = await drv.update(t, batch, grads, batch_id=b)
+                assert exp.status is Status.OK, exp.status
+            self.golden[b] = [t.data for t in self.tables]
+            await drv.plain(DescKind.COMMIT, batch_id=b)
+            self.issued = b
+            await drv.run()
+            self.completed = b
+
+    def check_tables(self, batch: int) -> None:
+        for t, want in zip(self.tables, self.golden[batch], strict=True):
+            got = self.tb.pmem.read(t.base, t.nbytes)
+            if got != emb.pack_rows(want, base=t.image0):
+                stride = emb.lines_per_row(t.dim, t.data.dtype) * LINE_BYTES
+                img = emb.pack_rows(want, base=t.image0)
+                bad = [r for r in range(t.rows)
+                       if got[r * stride:(r + 1) * stride] != img[r * stride:(r + 1) * stride]]
+                raise AssertionError(f"table {t.table_id} differs from the golden model after "
+                                     f"batch {batch} in rows {bad}")
+
+    async def crash(self) -> None:
+        """Power failure now (once the CSR port is idle), then reset."""
+        tb = self.tb
+        await tb.loop.wait_until(lambda: tb.csr.axil.idle(), timeout=1000, what="CSR idle")
+        await tb.reset_device(power_fail=True)
+        self.drv.reset_state()
+        await self.drv.setup()
+
+    async def recover_and_check(self) -> int:
+        res = await self.drv.recover()
+        assert res.status == 0, f"recovery failed: {res}"
+        c = res.committed
+        assert self.completed <= c <= self.issued, (
+            f"committed batch {c} after recovery; COMMITs completed up to "
+            f"{self.completed}, issued up to {self.issued}")
+        self.check_tables(c)
+        for t, data in zip(self.tables, self.golden[c], strict=True):
+            t.data = data
+        return c
+
+
+async def _campaign(dut, name: str, *, during_recovery: bool = False):
+    tb = DeviceTB(dut, name, idle=True, backpressure=True)
+    await tb.start()
+    camp = Campaign(tb)
+    n_points = tb.params.get("n_points", 20)
+    # One uncrashed run measures the window crash points are drawn from.
+    await camp.fresh()
+    start = tb.loop.cycle
+    await camp.train(1, BATCHES)
+    window = tb.loop.cycle - start
+    camp.check_tables(BATCHES)
+    tb.log.info("%d batches take %d cycles; %d crash points", BATCHES, window, n_points)
+    survived = rolled = 0
+    for point in range(n_points):
+        await camp.fresh()
+        at = tb.rng.randrange(window + 50)
+        task = cocotb.start_soon(camp.train(1, BATCHES))
+        await _wait_or_done(tb, task, at)
+        if not task.done():
+            task.cancel()
+        await camp.crash()
+        if during_recovery:
+            begin = await camp.drv.start_recovery()
+            await tb.loop.wait_cycles(tb.rng.randrange(1, 400))
+            await camp.crash()
+            tb.log.info("point %d: power failed again %d cycles into recovery", point,
+                        tb.loop.cycle - begin)
+        c = await camp.recover_and_check()
+        rolled += await tb.csr.read("CK_ROLLED_BACK")
+        if point % 4 == 0 and c < BATCHES:
+            await camp.train(c + 1, c + 1)          # the device trains on after recovery
+            camp.check_tables(c + 1)
+        survived += 1
+        tb.log.info("point %d: crash at +%d cycles, committed %d (completed %d, issued %d)",
+                    point, at, c, camp.completed, camp.issued)
+    tb.log.info("crash points tried %d, survived %d; %d records rolled back in all",
+                n_points, survived, rolled)
+    tb.check_protocol()
+
+
+async def _wait_or_done(tb: DeviceTB, task, cycles: int) -> None:
+    end = tb.loop.cycle + cycles
+    await tb.loop.wait_until(lambda: task.done() or tb.loop.cycle >= end,
+                             timeout=cycles + 10, what="crash point")
+
+
+@cocotb.test()
+async def test_crash_campaign(dut):
+    """Power failure at random cycles of a multi-batch training sequence; recovery; the
+    invariants of ARCHITECTURE §7 bit for bit; training continues."""
+    await _campaign(dut, "crash_campaign")
+
+
+@cocotb.test()
+async def test_crash_during_recovery(dut):
+    """As the campaign, and the power fails again while recovery runs: a second recovery
+    gives the same result (recovery is idempotent)."""
+    await _campaign(dut, "crash_during_recovery", during_recovery=True)
+
+
+@cocotb.test()
+async def test_commit_just_before_crash(dut):
+    """A COMMIT whose completion the host saw survives a power failure right after it."""
+    tb = DeviceTB(dut, "commit_before_crash", idle=True, backpressure=True)
+    await tb.start()
+    camp = Campaign(tb)
+    for _ in range(3):
+        await camp.fresh()
+        await camp.train(1, 2)
+        await camp.crash()
+        c = await camp.recover_and_check()
+        assert c == 2, f"the completed COMMIT of batch 2 was lost (committed {c})"
+    tb.check_protocol()
+
+
+@cocotb.test()
+async def test_bad_batches_and_busy_recovery(dut):
+    """UPDATE of a batch never looked up, UPDATE of a committed batch and COMMIT out of
+    order complete with BAD_BATCH and change nothing; RECOVER while the engine is busy
+    is refused (CK_STATUS.REJECTED) and nothing is lost."""
+    tb = DeviceTB(dut, "bad_batches", idle=True, backpressure=True)
+    await tb.start()
+    camp = Campaign(tb)
+    await camp.fresh()
+    drv, t = camp.drv, camp.tables[0]
+    await camp.train(1, 1)
+    batch = _fixed_bags(camp.rng, t.rows)
+    grads = np.ones((batch.num_bags, t.dim), np.float32)
+    for bad in (5, 1):          # never looked up; already committed
+        exp = await drv.update(t, batch, grads, batch_id=bad)
+        assert exp.status is Status.BAD_BATCH
+    exp = await drv.plain(DescKind.COMMIT, batch_id=1)
+    assert exp.status is Status.BAD_BATCH
+    await drv.run()
+    camp.check_tables(1)
+    # A long LOOKUP keeps the engine busy while RECOVER is written.
+    big = _fixed_bags(camp.rng, t.rows, bags=64, pooling=8)
+    await drv.lookup(t, big, batch_id=2, capture_undo=True)
+    await drv.ring()
+    await tb.loop.wait_cycles(20)
+    await tb.csr.write("CK_CMD", 1)
+    status = await tb.csr.read("CK_STATUS")
+    assert status & (1 << 10) and status & 0b100 and not status & 1, (
+        f"CK_STATUS {status:#x}: RECOVER during a LOOKUP must be refused")
+    await drv.wait()
+    await drv.plain(DescKind.COMMIT, batch_id=2)
+    await drv.run()
+    assert await tb.csr.read("CK_COMMITTED") == 2
+    tb.check_protocol()
+
+
+@cocotb.test()
+async def test_log_overflow(dut):
+    """A batch needing more records than the log holds overflows: CK_STATUS.OVERFLOW,
+    its UPDATE completes with LOG_FULL touching no row, no live record is overwritten;
+    after its COMMIT the next batch works."""
+    tb = DeviceTB(dut, "log_overflow", idle=True, backpressure=True)
+    await tb.start()
+    camp = Campaign(tb, log_slots=4)
+    await camp.fresh()
+    drv, t = camp.drv, camp.tables[0]
+    rows = np.arange(min(10, t.rows), dtype=np.int32)        # distinct rows: 10 records
+    batch = Batch(rows, np.array([0], np.int32))
+    await drv.lookup(t, batch, batch_id=1, capture_undo=True)
+    await drv.run()
+    status = await tb.csr.read("CK_STATUS")
+    assert status & (1 << 9), f"CK_STATUS {status:#x}: OVERFLOW not set"
+    assert await tb.csr.read("CK_OVERFLOW_BATCH") == 1
+    drv.overflowed.add(1)
+    grads = np.ones((1, t.dim), np.float32)
+    exp = await drv.update(t, batch, grads, batch_id=1)
+    assert exp.status is Status.LOG_FULL
+    await drv.plain(DescKind.COMMIT, batch_id=1)
+    await drv.run()
+    camp.golden[1] = camp.golden[0]
+    camp.check_tables(1)
+    # Batch 2 fits (two rows).
+    small = Batch(np.array([1, 2], np.int32), np.array([0], np.int32))
+    await drv.lookup(t, small, batch_id=2, capture_undo=True)
+    exp = await drv.update(t, small, grads, batch_id=2)
+    assert exp.status is Status.OK
+    await drv.plain(DescKind.COMMIT, batch_id=2)
+    await drv.run()
+    tb.check_protocol()

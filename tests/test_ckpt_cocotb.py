@@ -1,0 +1,32 @@
+"""Slow tier: the checkpoint logger and recovery in the whole device
+(``tb/test_ckpt.py``): the crash campaign on Verilator and Icarus.
+
+Each campaign group runs ``N_POINTS[sim]`` power failures at random cycles (plus the
+uncrashed measuring run); ``SEED=<n>`` replays a run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import configs, run_cocotb_group, simulators
+
+CONFIGS = configs(("small", "odd"))
+
+#: Crash points per campaign test and simulator.
+N_POINTS = {"verilator": 40, "icarus": 20}
+
+GROUPS: dict[str, list[str]] = {
+    "campaign": ["test_crash_campaign"],
+    "recovery": ["test_crash_during_recovery", "test_commit_just_before_crash"],
+    "bad_input": ["test_bad_batches_and_busy_recovery", "test_log_overflow"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", list(GROUPS))
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("sim", simulators())
+def test_ckpt(sim: str, config: str, group: str) -> None:
+    run_cocotb_group("tb.test_ckpt", config, sim, group, GROUPS[group],
+                     {"n_points": N_POINTS[sim]})
