@@ -8,6 +8,10 @@ each simulator (``tb/bench_mem.py``).
 UPDATE's coalescing saves for Zipf indices (``tb/bench_engine.py``), and the operand
 vectors the IEEE-754 units were checked on (``sim/fpcheck.py``).
 
+``ckpt.json``: cycles per training iteration with undo logging and commits on ÷ off,
+recovery cycles for one uncommitted batch, and a crash campaign's points tried and
+survived (``tb/bench_ckpt.py``, ``tb/test_ckpt.py``).
+
 Figures are measured by cocotb benches on the generated Verilog; nothing here is
 asserted — the tests do that.
 """
@@ -24,7 +28,7 @@ from hw.config import load_config
 from . import toolenv
 from .runner import BUILD, run
 
-__all__ = ["bench_engine", "bench_mem_endpoint", "main"]
+__all__ = ["bench_ckpt", "bench_engine", "bench_mem_endpoint", "main"]
 
 
 def _measure(testcase: str, config, sim: str, params: dict, seed: int | None, *,
@@ -105,19 +109,59 @@ def bench_engine(config_name: str, sim: str, seed: int | None) -> dict:
     }
 
 
+#: The checkpoint benchmark's workload (issue 4): the engine workload, and the GPU's
+#: forward and backward pass per batch modelled as 25,000 device cycles (100 us at
+#: 250 MHz) during which the engine is idle.
+CKPT_WORKLOAD = {**ENGINE_WORKLOAD, "pooling": 20, "gpu_cycles": 25_000}
+
+
+def bench_ckpt(config_name: str, sim: str, seed: int | None) -> dict:
+    config = load_config(config_name)
+    t0 = time.monotonic()
+    runs = {}
+    for logging in (0, 1):
+        print(f"  training iterations, logging {'on' if logging else 'off'} ...")
+        runs[logging] = _measure("bench_iteration", config, sim,
+                                 {**CKPT_WORKLOAD, "logging": logging, "n_iter": 3}, seed,
+                                 module="tb.bench_ckpt", tag=f"-log{logging}")
+    print("  recovery of one uncommitted batch ...")
+    rec = _measure("bench_recovery", config, sim, CKPT_WORKLOAD, seed, module="tb.bench_ckpt")
+    print("  crash campaign ...")
+    small = load_config("small")
+    camp = _measure("test_crash_campaign", small, sim, {"n_points": 30}, seed,
+                    module="tb.test_ckpt")
+    return {
+        "benchmark": "ckpt",
+        "simulator": sim,
+        "config": config.name,
+        "critical_path_overhead": round(runs[1]["cycles_per_iteration"]
+                                        / runs[0]["cycles_per_iteration"], 4),
+        "crash_points_tried": camp["crash_points_tried"],
+        "crash_points_survived": camp["crash_points_survived"],
+        "recovery_cycles": rec["recovery_cycles"],
+        "mlp_checkpoint": "not built yet: the overhead covers undo logging and commits only",
+        "iteration_runs": {"logging_off": runs[0], "logging_on": runs[1]},
+        "recovery_run": rec,
+        "campaign_run": camp,
+        "targets": {"critical_path_overhead": "<= 1.02"},
+        "wall_seconds": round(time.monotonic() - t0, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="default")
     parser.add_argument("--sim", default="verilator", choices=toolenv.SIMULATORS)
     parser.add_argument("--seed", type=int)
-    parser.add_argument("--only", choices=("mem_endpoint", "engine"),
+    parser.add_argument("--only", choices=("mem_endpoint", "engine", "ckpt"),
                         help="run one benchmark (default: all)")
     args = parser.parse_args(argv)
     toolenv.setup()
     out_dir = BUILD / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
     benches = {"mem_endpoint": (bench_mem_endpoint, ("sim_speed_runs",)),
-               "engine": (bench_engine, ("gather_runs", "update_run", "fp_checks"))}
+               "engine": (bench_engine, ("gather_runs", "update_run", "fp_checks")),
+               "ckpt": (bench_ckpt, ("iteration_runs", "recovery_run", "campaign_run"))}
     for name, (bench, details) in benches.items():
         if args.only and name != args.only:
             continue

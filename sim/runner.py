@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import sys
 import uuid
 import xml.etree.ElementTree as ET
@@ -70,6 +71,26 @@ def _emit(design: str, config: DeviceConfig, out_dir: Path,
     return path, name
 
 
+#: Yosys's trigger for comb ``always @*`` blocks, initialised in its declaration.
+_TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\S+)\s+= 0;$", re.MULTILINE)
+
+
+def _icarus_source(source: Path) -> Path:
+    """A copy of ``source`` whose comb blocks are sure to run at time 0 under Icarus.
+
+    Yosys makes every ``always @*`` block sensitive to a dummy register initialised in
+    its declaration. Icarus applies declaration initialisers before any process waits,
+    so a block none of whose real inputs changes after time 0 (a unit idle since reset)
+    never runs and its outputs stay X. The copy declares the dummy without a value and
+    sets it with ``initial #0``, an event every such block sees."""
+    text = _TRIGGER.sub(lambda mt: f"{mt[1]}reg {mt[2]} ;\n{mt[1]}initial #0 {mt[2]}  = 1'h0;",
+                        source.read_text())
+    out = source.with_name(source.stem + "_icarus.v")
+    if not out.exists() or out.read_text() != text:
+        out.write_text(text)
+    return out
+
+
 def build(design: str, config: DeviceConfig, sim: str = "verilator", *, waves: bool = False,
           factory: Factory | None = None):
     """Elaborate ``design`` and build it for ``sim``; returns (runner, build_dir, top).
@@ -88,6 +109,8 @@ def build(design: str, config: DeviceConfig, sim: str = "verilator", *, waves: b
     build_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(build_dir) + ".lock"):
         source, top = _emit(design, config, build_dir / "rtl", factory)
+        if sim == "icarus":
+            source = _icarus_source(source)
         runner = get_runner(sim)
         build_args: list[str] = []
         if sim == "verilator":

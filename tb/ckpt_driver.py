@@ -70,13 +70,16 @@ class CkptDriver(EngineDriver):
                 raise TimeoutError(f"recovery not done within {timeout} cycles "
                                    f"(CK_STATUS {status:#x})")
             await loop.wait_cycles(poll)
+        self.tb.log.debug("recovery done: CK_STATUS %#x", status)
         res = RecoveryResult(
             status=(status >> 4) & 3, committed=await csr.read("CK_COMMITTED"),
             epoch=await csr.read("CK_EPOCH"), rolled_back=await csr.read("CK_ROLLED_BACK"),
             mlp_slot=await csr.read("CK_MLP_SLOT"), mlp_batch=await csr.read("CK_MLP_BATCH"),
             cycles=loop.cycle - start)
         on = bool(status & 0b100)
-        assert on == (res.status == 0), f"CK_STATUS {status:#x}: ON disagrees with RESULT"
+        assert on == (res.status == 0), (
+            f"CK_STATUS {status:#x} (CK_STATUS now {await csr.read('CK_STATUS'):#x}, "
+            f"{res}): ON disagrees with RESULT")
         if on:
             self.ck_on = True
             self.committed = res.committed

@@ -391,7 +391,7 @@ class Engine(wiring.Component):
             self.ev_busy.eq(outstanding.any()),
             self.ck_busy.eq(recovery.busy),
             self.ck_done.eq(recovery.done),
-            self.ck_on.eq(ck_on),
+            self.ck_on.eq(ck_on | (rec_finished & rec_ok)),   # as DONE rises
             self.ck_result.eq(recovery.status.as_value()),
             self.ck_log_full.eq(logger.full),
             self.ck_overflow.eq(logger.overflow),
