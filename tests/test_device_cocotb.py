@@ -1,13 +1,14 @@
 """Slow tier: the whole device (``tb/test_device.py``) on Verilator and Icarus.
 
-Parametrized over configs (``default``, ``small``, ``odd``) x simulators (``SIM``
-restricts to one) x groups of cocotb tests, each group one simulator run in its own
-test directory (one build per config and simulator, shared through the runner's
-lock), so ``pytest -n auto`` spreads the groups over the workers.
+Parametrized over (simulator, config) pairs (``default`` and ``small`` on Verilator,
+``small`` and ``odd`` on Icarus; ``SIM`` / ``CONFIG`` restrict) x groups of cocotb
+tests, each group one simulator run in its own test directory (one build per config
+and simulator, shared through the runner's lock, and with the engine and checkpoint
+tests), so ``pytest -n auto`` spreads the groups over the workers.
 
 The long random-traffic test runs ``N_TXN[sim][config]`` requests in each of its four
-idle/backpressure variants: at least 10,000 per simulator on the default config alone,
-plus the other configs and the random traffic inside the directed tests. ``SEED=<n>``
+idle/backpressure variants: 20,000 on Verilator's default config, plus the other
+config and the random traffic inside the directed tests. ``SEED=<n>``
 replays a run; otherwise a fresh seed is drawn and printed.
 """
 
@@ -17,9 +18,11 @@ import itertools
 
 import pytest
 
-from .conftest import configs, run_cocotb_group, simulators
+from .conftest import run_cocotb_group, sim_configs
 
-CONFIGS = configs(("default", "small", "odd"))   # CONFIG=<preset or .toml> restricts
+#: Presets per simulator: the default device (the largest build) on Verilator only;
+#: ``CONFIG=<preset or .toml>`` runs one config on every simulator.
+CASES = sim_configs({"verilator": ("default", "small"), "icarus": ("small", "odd")})
 
 #: Random requests per idle/backpressure variant of test_random_traffic (x4 variants).
 #: Icarus runs about 5x slower per cycle than Verilator.
@@ -55,8 +58,7 @@ GROUPS: dict[str, list[str]] = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("group", list(GROUPS))
-@pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.parametrize("sim", simulators())
+@pytest.mark.parametrize("sim, config", CASES)
 def test_device(sim: str, config: str, group: str) -> None:
     n_txn = N_TXN[sim].get(config, N_TXN[sim]["small"]) if group == "random" else N_DIRECTED[sim]
     run_cocotb_group("tb.test_device", config, sim, group, GROUPS[group], {"n_txn": n_txn})

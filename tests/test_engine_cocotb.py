@@ -1,9 +1,9 @@
 """Slow tier: the embedding engine in the whole device (``tb/test_engine.py``) on
 Verilator and Icarus.
 
-Parametrized over configs (``default``, ``small``, ``odd``) x simulators (``SIM``
-restricts to one) x groups of cocotb tests, each group one simulator run sharing the
-device build of ``tests/test_device_cocotb.py``. ``SEED=<n>`` replays a run; otherwise
+Parametrized over (simulator, config) pairs (``default`` and ``small`` on Verilator,
+``small`` and ``odd`` on Icarus) x groups of cocotb tests, each group one simulator run
+sharing the device build of ``tests/test_device_cocotb.py``. ``SEED=<n>`` replays a run; otherwise
 a fresh seed is drawn and printed.
 """
 
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import configs, run_cocotb_group, simulators
+from .conftest import run_cocotb_group, sim_configs
 
-CONFIGS = configs(("default", "small", "odd"))
+#: Presets per simulator: the default device (the largest build) on Verilator only;
+#: ``CONFIG=<preset or .toml>`` runs one config on every simulator.
+CASES = sim_configs({"verilator": ("default", "small"), "icarus": ("small", "odd")})
 
 #: Descriptors per idle/backpressure variant of the random tests (x4 variants).
 N_DESC = {"verilator": 16, "icarus": 8}
@@ -34,8 +36,7 @@ GROUPS: dict[str, list[str]] = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("group", list(GROUPS))
-@pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.parametrize("sim", simulators())
+@pytest.mark.parametrize("sim, config", CASES)
 def test_engine(sim: str, config: str, group: str) -> None:
     run_cocotb_group("tb.test_engine", config, sim, group, GROUPS[group],
                      {"n_desc": N_DESC[sim], "n_txn": 600})
