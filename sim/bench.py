@@ -122,7 +122,7 @@ def bench_ckpt(config_name: str, sim: str, seed: int | None) -> dict:
     for logging in (0, 1):
         print(f"  training iterations, logging {'on' if logging else 'off'} ...")
         runs[logging] = _measure("bench_iteration", config, sim,
-                                 {**CKPT_WORKLOAD, "logging": logging, "n_iter": 3}, seed,
+                                 {**CKPT_WORKLOAD, "logging": logging, "n_iter": 1}, seed,
                                  module="tb.bench_ckpt", tag=f"-log{logging}")
     print("  recovery of one uncommitted batch ...")
     rec = _measure("bench_recovery", config, sim, CKPT_WORKLOAD, seed, module="tb.bench_ckpt")
