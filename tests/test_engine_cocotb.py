@@ -18,7 +18,7 @@ from .conftest import run_cocotb_group, sim_configs
 CASES = sim_configs({"verilator": ("default", "small"), "icarus": ("small", "odd")})
 
 #: Descriptors per idle/backpressure variant of the random tests (x4 variants).
-N_DESC = {"verilator": 16, "icarus": 8}
+N_DESC = {"verilator": 12, "icarus": 6}
 
 
 def _variants(test: str) -> list[str]:
