@@ -2,7 +2,7 @@
 (``tb/test_ckpt.py``): the crash campaign on Verilator and Icarus.
 
 Each campaign group runs ``N_POINTS[sim]`` power failures at random cycles (plus the
-uncrashed measuring run): 120 per CI run on Verilator, 60 on Icarus (slower per cycle,
+uncrashed measuring run): 100 per CI run on Verilator, 60 on Icarus (slower per cycle,
 and the CI budget is 30 minutes on 2 cores); ``SEED=<n>`` replays a run.
 """
 
@@ -17,7 +17,7 @@ from .conftest import run_cocotb_group, sim_configs
 CASES = sim_configs({"verilator": ("small",), "icarus": ("small", "odd")})
 
 #: Crash points per campaign test and simulator.
-N_POINTS = {"verilator": 60, "icarus": 15}
+N_POINTS = {"verilator": 50, "icarus": 15}
 
 GROUPS: dict[str, list[str]] = {
     "campaign": ["test_crash_campaign"],
