@@ -149,7 +149,8 @@ class Device(wiring.Component):
             regs.ck_status.eq(Cat(engine.ck_busy, engine.ck_done, engine.ck_on, Const(0, 1),
                                   engine.ck_result, Const(0, 2), engine.ck_log_full,
                                   engine.ck_overflow, engine.ck_rejected,
-                                  engine.ck_log_busy)),
+                                  engine.ck_log_busy, engine.ck_mlp_busy,
+                                  engine.ck_mlp_error, engine.ck_mlp_lag)),
             regs.ck_committed.eq(engine.ck_committed),
             regs.ck_epoch.eq(engine.ck_epoch),
             regs.ck_rolled_back.eq(engine.ck_rolled_back),
@@ -159,6 +160,9 @@ class Device(wiring.Component):
             regs.ck_overflow_batch.eq(engine.ck_overflow_batch),
             regs.ck_records_inc.eq(engine.ev_record),
             regs.ck_undo_stall_inc.eq(engine.undo_stall),
+            regs.ck_mlp_lines_inc.eq(engine.ev_mlp_line),
+            regs.ck_mlp_stall_inc.eq(engine.ev_mlp_stall),
+            engine.ck_mlp_k.eq(regs.ck_mlp_k),
         ]
         return m
 

@@ -477,7 +477,9 @@ def validate(desc: Mapping[str, int], *, indices: IntArray, offsets: IntArray,
     largest ``dim`` (``CAP_ENGINE_MAX_DIM``; a larger one is UNSUPPORTED).
 
     Checks, the first failing one is reported: ``kind``; MLP_CHECKPOINT is UNSUPPORTED
-    in this build (the checkpoint issue adds it); NOP, COMMIT and FENCE pass; then, for
+    here, which is its status with checkpointing off (with it on, its checks need the
+    checkpoint state: ``tb.ckpt_driver.CkptDriver`` models them from
+    ``docs/checkpoint.md``); NOP, COMMIT and FENCE pass; then, for
     LOOKUP and UPDATE: UNSUPPORTED (reserved bit, mode 3, dim 0
     or > 4096, weights with mean/max, UPDATE with max); MISALIGNED (table base and the
     indices, offsets, data and, when weighted, weights addresses); ADDR_RANGE (every such

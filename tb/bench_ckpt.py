@@ -31,11 +31,11 @@ def _write(result: dict) -> None:
 
 
 async def _setup(dut, name: str, *, logging: bool, rows: int, dim: int, batch: int,
-                 pooling: int):
+                 pooling: int, mlp_bytes: int = 1024):
     tb = DeviceTB(dut, name, timing=BENCH_TIMING)
     await tb.start()
     drv = CkptDriver(tb, log_slots=1 << (batch * pooling - 1).bit_length(), ring_order=6,
-                     heap_end=tb.config.pmem_size)
+                     heap_end=tb.config.pmem_size, mlp_bytes=mlp_bytes)
     await drv.setup()
     rng = np.random.default_rng(tb.rng.getrandbits(64))
     table = await drv.add_table(random_table(rng, rows, dim, FP32))
@@ -49,14 +49,19 @@ async def _setup(dut, name: str, *, logging: bool, rows: int, dim: int, batch: i
 @cocotb.test()
 async def bench_iteration(dut):
     """Cycles per training iteration: LOOKUP (capturing when ``logging``), the GPU's
-    forward and backward pass modelled as ``gpu_cycles`` idle cycles, UPDATE, COMMIT;
-    ``n_iter`` iterations after one warm-up."""
+    forward and backward pass modelled as ``gpu_cycles`` idle cycles (during which the
+    GPU stages its ``mlp_bytes`` of MLP parameters when ``logging``), UPDATE, COMMIT,
+    and with ``logging`` an MLP_CHECKPOINT of the batch (relaxation ``mlp_k``); ``n_iter``
+    iterations after one warm-up. With ``logging`` off none of the checkpoint work is
+    done (checkpointing off: no recovery, no capture, no commit word, no copy)."""
     p = env.params()
     logging = bool(p["logging"])
     rows, dim, batch, pooling = p["rows"], p["dim"], p["batch"], p["pooling"]
-    gpu, n_iter = int(p["gpu_cycles"]), int(p["n_iter"])
+    gpu, n_iter, mlp_bytes = int(p["gpu_cycles"]), int(p["n_iter"]), int(p["mlp_bytes"])
     tb, drv, rng, table = await _setup(dut, f"bench_iter_log{int(logging)}", logging=logging,
-                                       rows=rows, dim=dim, batch=batch, pooling=pooling)
+                                       rows=rows, dim=dim, batch=batch, pooling=pooling,
+                                       mlp_bytes=mlp_bytes)
+    await tb.csr.write("CK_MLP_K", int(p["mlp_k"]))
     mark = drv.heap.next
     start = None
     phases = {"lookup": 0, "gpu": 0, "update_commit": 0}
@@ -77,6 +82,11 @@ async def bench_iteration(dut):
         exp = await drv.update(table, bags, grads, batch_id=b)
         assert exp.status is Status.OK
         await drv.plain(DescKind.COMMIT, batch_id=b)
+        if logging:
+            # The GPU staged its parameters during its compute time (a backdoor write
+            # here, so the staging costs the device nothing it would not cost anyway).
+            exp = await drv.mlp_checkpoint(b, rng.bytes(mlp_bytes))
+            assert exp.status is Status.OK, exp.status
         await drv.run(timeout=5_000_000)
         t3 = tb.loop.cycle
         phases["lookup"] += t1 - t0
@@ -85,6 +95,10 @@ async def bench_iteration(dut):
     cycles = tb.loop.cycle - start
     records = await tb.csr.read64("CK_RECORDS")
     stall = await tb.csr.read64("CK_UNDO_STALL")
+    mlp_lines = await tb.csr.read64("CK_MLP_LINES")
+    mlp_stall = await tb.csr.read64("CK_MLP_STALL")
+    if logging:
+        await drv.wait_mlp(n_iter + 1, timeout=5_000_000)       # the last copy, checked
     _write({
         "logging": logging, "iterations": n_iter, "gpu_cycles": gpu, "rows": rows,
         "dim": dim, "batch": batch, "pooling": pooling,
@@ -92,6 +106,9 @@ async def bench_iteration(dut):
         "phase_cycles_per_iteration": {k: round(v / n_iter, 1) for k, v in phases.items()},
         "undo_records_per_iteration": round(records / n_iter, 1),
         "gather_stall_cycles_per_iteration": round(stall / n_iter, 1),
+        "mlp_bytes": mlp_bytes if logging else 0,
+        "mlp_lines_copied_per_iteration": round(mlp_lines / n_iter, 1),
+        "commit_wait_for_mlp_cycles_per_iteration": round(mlp_stall / n_iter, 1),
         "descriptors_checked": drv.checked,
     })
 

@@ -3,13 +3,17 @@ campaign of ``docs/checkpoint.md`` and the bad inputs around it.
 
 A crash point: format the device, create small random tables, run recovery (which turns
 checkpointing on), then run a training-like sequence (per batch: a capturing LOOKUP per
-table, an UPDATE per table, COMMIT) while the power fails at a random cycle (unacked
-PMEM writes dropped, applied or torn at 8-byte granularity, seeded); reset; recovery;
-then the invariants of ARCHITECTURE §7 are checked bit for bit:
+table, an UPDATE per table, COMMIT, MLP_CHECKPOINT of fresh random "MLP parameters"
+with relaxation K = 1) while the power fails at a random cycle (unacked PMEM writes
+dropped, applied or torn at 8-byte granularity, seeded); reset; recovery; then the
+invariants of ARCHITECTURE §7 are checked bit for bit:
 
 * the committed batch is at least the last COMMIT that completed before the crash and
   at most the last one issued;
 * every table equals the golden model after exactly that batch (row padding included);
+* the MLP slot recovery names holds exactly the parameters staged for its batch (payload
+  and the contract's header), that batch is not after the committed one, not older than
+  a copy seen finished before the crash, and lags the committed batch by at most K;
 * the engine works afterwards: one more batch runs and commits.
 
 Test parameters: ``n_points`` (crash points per campaign test).
@@ -32,6 +36,8 @@ from tb.engine_driver import Batch, random_table
 
 #: Batches per crash point, tables, bags per batch and rows per bag.
 BATCHES, TABLES, BAGS, POOLING = 3, 2, 4, 3
+#: The campaign's MLP relaxation (CK_MLP_K) and largest MLP checkpoint (bytes).
+MLP_K, MLP_BYTES = 1, 1024
 
 
 def _fixed_bags(rng, rows: int, bags: int = BAGS, pooling: int = POOLING) -> Batch:
@@ -45,13 +51,14 @@ class Campaign:
     def __init__(self, tb: DeviceTB, *, log_slots: int = 32):
         self.tb = tb
         self.rng = np.random.default_rng(tb.rng.getrandbits(64))
-        self.drv = CkptDriver(tb, log_slots=log_slots)
+        self.drv = CkptDriver(tb, log_slots=log_slots, mlp_bytes=MLP_BYTES)
         self.tables = []
         self.golden: dict[int, list[np.ndarray]] = {}
         self.issued = self.completed = 0
+        self.mlp_seen = 0               # newest MLP copy seen finished before the crash
 
     async def fresh(self) -> None:
-        """Reset, format, new tables, recovery (checkpointing on)."""
+        """Reset, format, new tables, ``CK_MLP_K``, recovery (checkpointing on)."""
         drv = self.drv
         await self.tb.reset_device()
         drv.heap.release(drv.layout_end)
@@ -65,14 +72,17 @@ class Campaign:
             data = random_table(self.rng, 16, dims[i % len(dims)], dtype)
             self.tables.append(await drv.add_table(data, rng=self.rng))
         self.mark = drv.heap.next
+        await self.tb.csr.write("CK_MLP_K", MLP_K)
         res = await drv.recover()
         assert res.status == 0 and res.committed == 0 and res.rolled_back == 0, res
+        assert res.mlp_slot == 3 and res.mlp_batch == 0, res
         self.golden = {0: [t.data for t in self.tables]}
-        self.issued = self.completed = 0
+        self.issued = self.completed = self.mlp_seen = 0
 
-    async def train(self, first: int, last: int) -> None:
-        """Batches ``first..last``: LOOKUPs (capturing), UPDATEs, COMMIT, one doorbell
-        and wait per batch; ``completed`` follows the COMMITs seen done."""
+    async def train(self, first: int, last: int, *, mlp: bool = True) -> None:
+        """Batches ``first..last``: LOOKUPs (capturing), UPDATEs, COMMIT and (with
+        ``mlp``) MLP_CHECKPOINT, one doorbell and wait per batch; ``completed`` follows
+        the COMMITs seen done."""
         drv = self.drv
         for b in range(first, last + 1):
             drv.heap.release(self.mark)
@@ -86,9 +96,18 @@ class Campaign:
                 assert exp.status is Status.OK, exp.status
             self.golden[b] = [t.data for t in self.tables]
             await drv.plain(DescKind.COMMIT, batch_id=b)
+            if mlp:
+                exp = await drv.mlp_checkpoint(b, self.mlp_params())
+                assert exp.status is Status.OK, exp.status
             self.issued = b
             await drv.run()
             self.completed = b
+
+    def mlp_params(self, nbytes: int | None = None) -> bytes:
+        """Random "MLP parameters" of ``nbytes`` (default: 1 to 16 random lines)."""
+        if nbytes is None:
+            nbytes = LINE_BYTES * int(self.rng.integers(1, MLP_BYTES // LINE_BYTES + 1))
+        return self.rng.bytes(nbytes)
 
     def check_tables(self, batch: int) -> None:
         for t, want in zip(self.tables, self.golden[batch], strict=True):
@@ -105,6 +124,7 @@ class Campaign:
         """Power failure now (once the CSR port is idle), then reset."""
         tb = self.tb
         await tb.loop.wait_until(lambda: tb.csr.axil.idle(), timeout=1000, what="CSR idle")
+        self.mlp_seen = max(self.mlp_seen, self.drv.mlp_done)
         await tb.reset_device(power_fail=True)
         self.drv.reset_state()
         await self.drv.setup()
@@ -117,6 +137,14 @@ class Campaign:
             f"committed batch {c} after recovery; COMMITs completed up to "
             f"{self.completed}, issued up to {self.issued}")
         self.check_tables(c)
+        if res.mlp_slot == 3:
+            assert res.mlp_batch == 0 and self.mlp_seen == 0, res
+        else:
+            self.drv.check_mlp(res.mlp_slot, res.mlp_batch)
+            assert self.mlp_seen <= res.mlp_batch <= c, (
+                f"{res}: MLP checkpoint of batch {res.mlp_batch} named; a copy of batch "
+                f"{self.mlp_seen} was seen finished, {c} is committed")
+        assert c - res.mlp_batch <= MLP_K, f"{res}: the MLP checkpoint lags by more than K"
         for t, data in zip(self.tables, self.golden[c], strict=True):
             t.data = data
         return c
@@ -272,4 +300,65 @@ async def test_log_overflow(dut):
     assert exp.status is Status.OK
     await drv.plain(DescKind.COMMIT, batch_id=2)
     await drv.run()
+    tb.check_protocol()
+
+
+@cocotb.test()
+async def test_mlp_checkpoint(dut):
+    """MLP_CHECKPOINT: UNSUPPORTED with checkpointing off; BAD_BATCH for a batch after
+    the committed one or not newer than the last copy; MISALIGNED and ADDR_RANGE for the
+    staging range and length; copies staged with CXL.mem writes alternate between the
+    slots, bit for bit; with K = 0 a COMMIT waits for a running copy (CK_MLP_STALL) and
+    CK_STATUS.MLP_LAG follows K."""
+    tb = DeviceTB(dut, "mlp_checkpoint", idle=True, backpressure=True)
+    await tb.start()
+    camp = Campaign(tb)
+    drv = camp.drv
+    await drv.setup()
+    exp = await drv.plain(DescKind.MLP_CHECKPOINT, batch_id=1, data_addr=drv.staging[0],
+                          num_indices=LINE_BYTES)
+    assert exp.status is Status.UNSUPPORTED
+    await drv.run()
+    await camp.fresh()
+    await camp.train(1, 2, mlp=False)
+    src, size = drv.staging[0], tb.config.pmem_size
+    bad = [(3, src, 64, Status.BAD_BATCH),              # after the committed batch
+           (1, src + 8, 64, Status.MISALIGNED),
+           (1, src, 100, Status.MISALIGNED),
+           (1, src, 0, Status.ADDR_RANGE),
+           (1, src, MLP_BYTES + 64, Status.ADDR_RANGE),
+           (1, size - 64, 128, Status.ADDR_RANGE)]      # past the end of device memory
+    for batch, addr, length, status in bad:
+        exp = await drv.plain(DescKind.MLP_CHECKPOINT, batch_id=batch, data_addr=addr,
+                              num_indices=length)
+        assert exp.status is status, (batch, addr, length, exp.status)
+    await drv.run()
+    assert await tb.csr.read("CK_MLP_SLOT") == 3
+    drv.via_cxl = True                  # the host stages the parameters over CXL.mem
+    for b in (1, 2):
+        exp = await drv.mlp_checkpoint(b, camp.mlp_params())
+        assert exp.status is Status.OK
+    exp = await drv.mlp_checkpoint(2, camp.mlp_params())       # not newer than the last
+    assert exp.status is Status.BAD_BATCH
+    await drv.run()
+    await drv.wait_mlp(2)
+    drv.check_mlp(0, 1)                 # the older copy is intact in the other slot
+    drv.via_cxl = False
+    # K = 0: COMMIT(4) right behind a long copy of batch 3 waits for it.
+    await tb.csr.write("CK_MLP_K", 0)
+    await camp.train(3, 3, mlp=False)
+    await tb.csr.write("PERF_CTRL", 1)
+    await drv.mlp_checkpoint(3, camp.mlp_params(MLP_BYTES))
+    await drv.plain(DescKind.COMMIT, batch_id=4)
+    await drv.run()
+    stall = await tb.csr.read64("CK_MLP_STALL")
+    assert stall > 0, "COMMIT(4) did not wait for the running copy with K = 0"
+    assert await tb.csr.read64("CK_MLP_LINES") == MLP_BYTES // LINE_BYTES
+    await drv.wait_mlp(3)
+    status = await tb.csr.read("CK_STATUS")
+    assert status >> 14 & 1, f"CK_STATUS {status:#x}: MLP_LAG clear with committed 4, MLP 3"
+    await tb.csr.write("CK_MLP_K", 1)
+    status = await tb.csr.read("CK_STATUS")
+    assert not status >> 14 & 1, f"CK_STATUS {status:#x}: MLP_LAG set within K"
+    tb.log.info("COMMIT waited %d cycles for the MLP copy", stall)
     tb.check_protocol()

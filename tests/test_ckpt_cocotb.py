@@ -22,7 +22,8 @@ N_POINTS = {"verilator": 50, "icarus": 15}
 GROUPS: dict[str, list[str]] = {
     "campaign": ["test_crash_campaign"],
     "recovery": ["test_crash_during_recovery", "test_commit_just_before_crash"],
-    "bad_input": ["test_bad_batches_and_busy_recovery", "test_log_overflow"],
+    "bad_input": ["test_bad_batches_and_busy_recovery", "test_log_overflow",
+                  "test_mlp_checkpoint"],
 }
 
 

@@ -317,11 +317,12 @@ def test_contract_offsets_and_ports():
         "eng_desc_done_inc": ("in", 1), "eng_lines_gathered_inc": ("in", 1),
         "eng_bags_pooled_inc": ("in", 1), "eng_upd_lines_written_inc": ("in", 1),
         "eng_upd_items_inc": ("in", 1), "eng_busy_inc": ("in", 1),
-        "ck_cmd": ("out", 1), "ck_status": ("in", 12), "ck_committed": ("in", 32),
+        "ck_cmd": ("out", 1), "ck_status": ("in", 15), "ck_committed": ("in", 32),
         "ck_epoch": ("in", 16), "ck_rolled_back": ("in", 32), "ck_mlp_slot": ("in", 2),
         "ck_mlp_batch": ("in", 32), "ck_mlp_k": ("out", 16), "ck_log_seq": ("in", 32),
         "ck_overflow_batch": ("in", 32), "ck_records_inc": ("in", 1),
-        "ck_undo_stall_inc": ("in", 1),
+        "ck_undo_stall_inc": ("in", 1), "ck_mlp_lines_inc": ("in", 1),
+        "ck_mlp_stall_inc": ("in", 1),
     }
     status = regmap["STATUS"]
     assert (status.field("occupancy").bits, status.field("dev_load").bits) == ("[15:0]", "[17:16]")
@@ -468,7 +469,7 @@ def test_unmapped_and_misaligned_give_slverr(rng, preset):
     tb = TB(rng, preset)
     top = (1 << tb.config.csr_addr_width) - 4
     unmapped = [0x008, 0x03C, 0x0FC, 0x110, 0x184, 0x210, 0x304, 0x330, 0x40C, 0x4B0,
-                0x528, 0x590, 0x600, top]
+                0x528, 0x5A0, 0x600, top]
     misaligned = [tb.map.offset("HDM_BASE_LO") + 1, tb.map.offset("HDM_BASE_LO") + 2,
                   tb.map.offset("ID") + 3, tb.map.offset("HDM_SIZE_HI") + 2]
 

@@ -652,7 +652,7 @@ def _ckpt_registers(config: DeviceConfig) -> Iterable[Register]:
                       "Refused (CK_STATUS.REJECTED) unless the engine is idle.")],
         doc="Checkpoint command strobe (reads return 0).")
     yield Register(
-        "CK_STATUS", 0x504, Kind.RO, width=12,
+        "CK_STATUS", 0x504, Kind.RO, width=15,
         fields=[Field("BUSY", 0, 1, "Recovery is running."),
                 Field("DONE", 1, 1, "A recovery has finished since reset."),
                 Field("ON", 2, 1, "Checkpointing is on: the last recovery succeeded."),
@@ -662,25 +662,36 @@ def _ckpt_registers(config: DeviceConfig) -> Iterable[Register]:
                 Field("OVERFLOW", 9, 1, "A batch's undo log overflowed and is not committed."),
                 Field("REJECTED", 10, 1, "The last RECOVER command came while the engine "
                       "was busy and was ignored."),
-                Field("LOG_BUSY", 11, 1, "The logger holds records not yet durable.")],
+                Field("LOG_BUSY", 11, 1, "The logger holds records not yet durable."),
+                Field("MLP_BUSY", 12, 1, "An MLP checkpoint copy is running."),
+                Field("MLP_ERROR", 13, 1, "The last MLP checkpoint copy got an error "
+                      "response; its slot is invalid."),
+                Field("MLP_LAG", 14, 1, "The newest valid MLP checkpoint is older than "
+                      "CK_COMMITTED - CK_MLP_K.")],
         doc="Checkpoint logger and recovery status.")
     for offset, name, width, doc in (
             (0x508, "CK_COMMITTED", 32, "Last committed batch (0: none)."),
             (0x50C, "CK_EPOCH", 16, "Log epoch (incremented by every recovery)."),
             (0x510, "CK_ROLLED_BACK", 32, "Undo records the last recovery restored."),
-            (0x514, "CK_MLP_SLOT", 2, "Newest valid MLP checkpoint slot (3: none)."),
-            (0x518, "CK_MLP_BATCH", 32, "Batch id of the newest valid MLP checkpoint."),
+            (0x514, "CK_MLP_SLOT", 2, "Newest valid MLP checkpoint slot (3: none): "
+             "from the last recovery, then from every copy whose header is durable."),
+            (0x518, "CK_MLP_BATCH", 32, "Batch id of the newest valid MLP checkpoint "
+             "(0: none)."),
             (0x520, "CK_LOG_SEQ", 32, "Next undo record number."),
             (0x524, "CK_OVERFLOW_BATCH", 32, "The batch whose undo log overflowed.")):
         yield Register(name, offset, Kind.RO, width=width, doc=doc)
     yield Register(
         "CK_MLP_K", 0x51C, Kind.RW, width=16, reset=config.mlp_relax_k,
-        doc="MLP checkpoint relaxation K: a COMMIT of batch b waits while the newest valid "
-            "MLP checkpoint is older than b - K.")
+        doc="MLP checkpoint relaxation K: a COMMIT of batch b waits while a copy runs and "
+            "the newest valid MLP checkpoint is older than b - K.")
     yield Register("CK_RECORDS", 0x580, Kind.COUNTER64, clear_by="PERF_CTRL",
                    doc="Undo records made durable.")
     yield Register("CK_UNDO_STALL", 0x588, Kind.COUNTER64, clear_by="PERF_CTRL",
                    doc="Cycles the gather waited for the undo logger.")
+    yield Register("CK_MLP_LINES", 0x590, Kind.COUNTER64, clear_by="PERF_CTRL",
+                   doc="MLP checkpoint payload lines written.")
+    yield Register("CK_MLP_STALL", 0x598, Kind.COUNTER64, clear_by="PERF_CTRL",
+                   doc="Cycles a COMMIT waited for an MLP checkpoint copy (relaxation K).")
 
 
 def register_map(config: DeviceConfig) -> RegisterMap:

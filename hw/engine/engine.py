@@ -13,6 +13,7 @@ from hw.config import DeviceConfig
 
 from ..ckpt.formats import COMMIT_MAGIC
 from ..ckpt.logger import UndoLogger
+from ..ckpt.mlp_copy import LINES_WIDTH, MlpCopier
 from ..ckpt.recovery import Recovery
 from ..widths import eq_const, lt_const, zext
 from .bag_sequencer import STATUS, BagSequencer
@@ -28,10 +29,11 @@ __all__ = ["Engine"]
 
 _LINE_BITS = 512
 #: Managers behind the engine's PMEM arbiter, in arbiter order, and their priority
-#: classes (0 first): undo-log writes run in the background.
+#: classes (0 first): undo-log writes and MLP checkpoint copies share the last port
+#: (a second arbiter) and run in the background.
 _MANAGERS = ("gather", "sequencer", "completion", "fetch", "grad", "scatter", "recovery",
-             "logger")
-_PRIORITY = {"logger": 1}
+             "background")
+_PRIORITY = {"background": 1}
 #: Descriptors dispatched and not yet completed that the completion queue holds.
 _QUEUE = 8
 
@@ -52,12 +54,17 @@ class Engine(wiring.Component):
     an UPDATE; :class:`~.completion.Completion` writes the pooled vectors and the
     completion records in ring order and advances the head. One
     :class:`~hw.bus.axi_arbiter.AxiArbiter` (round-robin, one class) shares the PMEM
-    port between the six managers; each gets ``axi_id_width - 3`` ID bits.
+    port between the eight managers; each gets ``axi_id_width - 3`` ID bits (the
+    logger and the copier ``axi_id_width - 4`` each, behind their own arbiter).
 
     **Order.** The dispatcher pre-checks what the sequencer cannot know: an unknown
-    ``kind`` (BAD_KIND), ``dim`` above ``engine_max_dim`` (UNSUPPORTED) and the kinds
-    this build does not execute (MLP_CHECKPOINT: UNSUPPORTED); such descriptors, NOP,
-    COMMIT and FENCE complete without the sequencer. LOOKUPs follow each other without
+    ``kind`` (BAD_KIND), ``dim`` above ``engine_max_dim`` (UNSUPPORTED), the batch
+    rules of ``docs/checkpoint.md`` and every check of MLP_CHECKPOINT; such
+    descriptors, NOP, COMMIT, FENCE and MLP_CHECKPOINT complete without the sequencer.
+    An MLP_CHECKPOINT waits for the previous copy to finish, starts the
+    :class:`~hw.ckpt.mlp_copy.MlpCopier` and completes (the copy runs in the
+    background); a COMMIT waits while a copy is running and the newest valid MLP
+    checkpoint lags its batch by more than ``ck_mlp_k``. LOOKUPs follow each other without
     waiting (the pooling settings travel with the rows); UPDATE, COMMIT and FENCE wait
     until every earlier descriptor has completed, and nothing is dispatched after them
     until they have completed.
@@ -124,6 +131,12 @@ class Engine(wiring.Component):
             "ck_rolled_back": Out(32),
             "ck_mlp_slot": Out(2),
             "ck_mlp_batch": Out(32),
+            "ck_mlp_k": In(16),
+            "ck_mlp_busy": Out(1),
+            "ck_mlp_error": Out(1),
+            "ck_mlp_lag": Out(1),
+            "ev_mlp_line": Out(1),
+            "ev_mlp_stall": Out(1),
             "ck_seq": Out(32),
             "ck_overflow_batch": Out(32),
             "ev_record": Out(1),
@@ -149,10 +162,15 @@ class Engine(wiring.Component):
             max_lines_per_row=max_lines)
         m.submodules.completion = comp = Completion(addr_width=aw, id_width=mid)
         m.submodules.logger = logger = UndoLogger(
-            addr_width=aw, id_width=mid, max_slot_lines=cfg.log_slot_lines,
+            addr_width=aw, id_width=mid - 1, max_slot_lines=cfg.log_slot_lines,
             filter_rows=cfg.ckpt_filter_rows, fifo_lines=cfg.ckpt_fifo_lines)
         m.submodules.recovery = recovery = Recovery(
             addr_width=aw, id_width=mid, max_slot_lines=cfg.log_slot_lines)
+        m.submodules.copier = copier = MlpCopier(addr_width=aw, id_width=mid - 1)
+        m.submodules.background = bg = AxiArbiter(
+            addr_width=aw, data_width=_LINE_BITS, id_width=mid - 1, priorities=[0, 0])
+        wiring.connect(m, logger.pmem, bg.m0)
+        wiring.connect(m, copier.pmem, bg.m1)
         m.submodules.arbiter = arb = AxiArbiter(
             addr_width=aw, data_width=_LINE_BITS, id_width=mid,
             priorities=[_PRIORITY.get(name, 0) for name in _MANAGERS])
@@ -160,9 +178,10 @@ class Engine(wiring.Component):
         m.submodules.status_q = status_q = SyncFIFOBuffered(width=STATUS.size, depth=_QUEUE)
 
         blocks = {"gather": gather, "sequencer": seq, "completion": comp, "fetch": fetch,
-                  "grad": grad, "scatter": scatter, "recovery": recovery, "logger": logger}
+                  "grad": grad, "scatter": scatter, "recovery": recovery, "background": bg}
         for i, name in enumerate(_MANAGERS):
-            wiring.connect(m, blocks[name].pmem, getattr(arb, f"m{i}"))
+            port = bg.sub if name == "background" else blocks[name].pmem
+            wiring.connect(m, port, getattr(arb, f"m{i}"))
         wiring.connect(m, arb.sub, wiring.flipped(self.pmem))
 
         m.d.comb += [
@@ -197,19 +216,49 @@ class Engine(wiring.Component):
                              | (is_update & (~newer | ~cap_valid | (d.batch_id != cap_batch))))
         log_full = (ck_on & is_update & logger.overflow
                     & (d.batch_id == logger.overflow_batch))
+        # MLP checkpoint state: the newest valid slot (3: none) and its batch, the newest
+        # batch requested (copied or being copied), the slot being written.
+        is_mlp = eq_const(kind, DescKind.MLP_CHECKPOINT.value)
+        mlp_slot = Signal(2, init=3)
+        mlp_batch = Signal(32)
+        mlp_req = Signal(32)
+        mlp_error = Signal()
+        cp_slot = Signal()
+        cp_batch = Signal(32)
+        mlp_len = d.num_indices         # MLP_CHECKPOINT: ``length`` in bytes
+        mlp_end = Signal(49)
+        m.d.comb += mlp_end.eq(add(d.data_addr, mlp_len, 49))
+        mlp_bad_batch = (d.batch_id > committed) | ~(d.batch_id > mlp_req)
+        mlp_misaligned = d.data_addr[:6].any() | mlp_len[:6].any()
+        mlp_range = (~mlp_len.any() | (mlp_len > recovery.mlp_slot_bytes)
+                     | at_least(mlp_end, (1 << aw) + 1))
 
         pre = Signal(8)
         with m.If(~known):
             m.d.comb += pre.eq(Status.BAD_KIND.value)
+        with m.Elif(is_mlp):
+            with m.If(~ck_on):
+                m.d.comb += pre.eq(Status.UNSUPPORTED.value)
+            with m.Elif(mlp_bad_batch):
+                m.d.comb += pre.eq(Status.BAD_BATCH.value)
+            with m.Elif(mlp_misaligned):
+                m.d.comb += pre.eq(Status.MISALIGNED.value)
+            with m.Elif(mlp_range):
+                m.d.comb += pre.eq(Status.ADDR_RANGE.value)
         with m.Elif(bad_batch):
             m.d.comb += pre.eq(Status.BAD_BATCH.value)
         with m.Elif(log_full):
             m.d.comb += pre.eq(Status.LOG_FULL.value)
-        with m.Elif(too_big & (is_lookup | is_update)
-                    | eq_const(kind, DescKind.MLP_CHECKPOINT.value)):
+        with m.Elif(too_big & (is_lookup | is_update)):
             m.d.comb += pre.eq(Status.UNSUPPORTED.value)
         executes = executes & ~pre.any()
         do_commit = ck_on & is_commit & ~pre.any()
+        do_copy = is_mlp & ~pre.any()
+        # COMMIT(b) waits while a copy runs and the newest valid checkpoint is older
+        # than b - K (the copy is what would bring it within K).
+        mlp_wait = Signal()
+        m.d.comb += mlp_wait.eq(do_commit & copier.busy
+                                & (sub(d.batch_id, mlp_batch, 32) > self.ck_mlp_k))
 
         outstanding = Signal(8)         # dispatched, not completed
         serial = Signal()               # a serialising descriptor is outstanding
@@ -220,7 +269,8 @@ class Engine(wiring.Component):
         m.d.comb += go.eq(f.valid & info_q.w_rdy & ~recovery.busy
                           & Mux(serialising, ~outstanding.any(), ~serial)
                           & (~executes | seq.i_desc.ready)
-                          & (~(is_update & executes & ck_on) | undo_drained))
+                          & (~(is_update & executes & ck_on) | undo_drained)
+                          & ~(do_copy & copier.busy) & ~mlp_wait)
         info = INFO(info_q.w_data)
         m.d.comb += [
             f.ready.eq(go),
@@ -270,8 +320,29 @@ class Engine(wiring.Component):
         with m.If(go & executes & is_lookup & d.capture_undo & ck_on):
             m.d.sync += [cap_batch.eq(d.batch_id), cap_valid.eq(1)]
 
+        # --- MLP checkpoint copies into the slot not holding the newest checkpoint ------
+        target = Signal()
+        m.d.comb += target.eq(eq_const(mlp_slot, 0))    # slot 1 after slot 0, else 0
+        slot_base = Mux(target, recovery.mlp_slot1, recovery.mlp_slot0)
+        m.d.comb += [
+            copier.start.eq(go & do_copy),
+            copier.src.eq(d.data_addr[:aw]),
+            copier.dst.eq(slot_base),
+            copier.header_addr.eq(add(slot_base, recovery.mlp_slot_bytes, aw)),
+            copier.lines.eq(mlp_len[6:6 + LINES_WIDTH]),
+            copier.batch_id.eq(d.batch_id),
+        ]
+        with m.If(go & do_copy):
+            m.d.sync += [mlp_req.eq(d.batch_id), cp_slot.eq(target), cp_batch.eq(d.batch_id),
+                         mlp_error.eq(0)]
+        with m.If(copier.done):
+            with m.If(copier.error):
+                m.d.sync += mlp_error.eq(1)
+            with m.Else():
+                m.d.sync += [mlp_slot.eq(cp_slot), mlp_batch.eq(cp_batch)]
+
         idle = (~outstanding.any() & ~fetch.busy & ~recovery.busy & undo_drained
-                & ~f.valid)
+                & ~copier.busy & ~f.valid)
         rejected = Signal()
         rec_start = self.ck_recover & idle
         with m.If(self.ck_recover):
@@ -287,6 +358,11 @@ class Engine(wiring.Component):
             m.d.sync += [ck_on.eq(1), committed.eq(recovery.committed),
                          epoch.eq(recovery.epoch)]
             m.d.comb += restart.eq(1)
+        with m.If(rec_finished):
+            none = eq_const(recovery.mlp_slot, 3)
+            m.d.sync += [mlp_slot.eq(recovery.mlp_slot), mlp_error.eq(0),
+                         mlp_batch.eq(Mux(none, 0, recovery.mlp_batch)),
+                         mlp_req.eq(Mux(none, 0, recovery.mlp_batch))]
         m.d.comb += [
             recovery.start.eq(rec_start),
             logger.enable.eq(ck_on),
@@ -400,8 +476,13 @@ class Engine(wiring.Component):
             self.ck_committed.eq(committed),
             self.ck_epoch.eq(epoch),
             self.ck_rolled_back.eq(recovery.rolled_back),
-            self.ck_mlp_slot.eq(Mux(recovery.done, recovery.mlp_slot, C(3, 2))),
-            self.ck_mlp_batch.eq(recovery.mlp_batch),
+            self.ck_mlp_slot.eq(mlp_slot),
+            self.ck_mlp_batch.eq(mlp_batch),
+            self.ck_mlp_busy.eq(copier.busy),
+            self.ck_mlp_error.eq(mlp_error),
+            self.ck_mlp_lag.eq(ck_on & (sub(committed, mlp_batch, 32) > self.ck_mlp_k)),
+            self.ev_mlp_line.eq(copier.ev_line),
+            self.ev_mlp_stall.eq(f.valid & mlp_wait),
             self.ck_seq.eq(logger.seq),
             self.ck_overflow_batch.eq(logger.overflow_batch),
             self.ev_record.eq(logger.records),
