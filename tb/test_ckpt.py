@@ -131,6 +131,7 @@ class Campaign:
 
     async def recover_and_check(self) -> int:
         res = await self.drv.recover()
+        self.tb.log.debug("recovery: %s", res)
         assert res.status == 0, f"recovery failed: {res}"
         c = res.committed
         assert self.completed <= c <= self.issued, (
@@ -164,7 +165,9 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
     tb.log.info("%d batches take %d cycles; %d crash points", BATCHES, window, n_points)
     survived = rolled = 0
     for point in range(n_points):
+        t0 = tb.loop.cycle
         await camp.fresh()
+        tb.log.debug("point %d: fresh start took %d cycles", point, tb.loop.cycle - t0)
         at = tb.rng.randrange(window + 50)
         task = cocotb.start_soon(camp.train(1, BATCHES))
         await _wait_or_done(tb, task, at)

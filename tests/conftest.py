@@ -13,6 +13,44 @@ from sim import toolenv
 toolenv.setup()
 
 
+#: Cocotb groups that take longest, run first within their build (longest first keeps the
+#: two workers of a 2-core machine busy to the end).
+_HEAVY_GROUPS = ("recovery", "campaign", "random", "ordering", "lookup", "reset", "update")
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """Order the cocotb groups first, interleaved by device build.
+
+    ``pytest -n`` (xdist's load scheduling) hands the first quarter of the items to the
+    workers round robin, and each cocotb build is guarded by a file lock: two workers
+    starting on the same build would leave one waiting for minutes. Interleaving the
+    builds makes neighbouring items (which go to different workers) use different
+    builds, so the builds run in parallel; within a build the heaviest groups go first.
+    """
+    def params(item) -> dict:
+        return getattr(getattr(item, "callspec", None), "params", {})
+
+    slow = [i for i in items if i.get_closest_marker("slow")]
+    builds: dict[tuple, list] = {}
+    for item in slow:
+        p = params(item)
+        if isinstance(p.get("sim"), str) and isinstance(p.get("config"), str):
+            builds.setdefault((p["sim"], p["config"]), []).append(item)
+
+    def weight(item) -> int:
+        group = params(item).get("group")
+        return _HEAVY_GROUPS.index(group) if group in _HEAVY_GROUPS else len(_HEAVY_GROUPS)
+
+    queues = [sorted(group, key=weight) for group in builds.values()]
+    ordered = []
+    while any(queues):
+        for q in queues:
+            if q:
+                ordered.append(q.pop(0))
+    placed = set(map(id, ordered))
+    items[:] = ordered + [i for i in items if id(i) not in placed]
+
+
 def simulators() -> list[str]:
     """Simulators to run cocotb tests on: ``SIM`` restricts to one, default both."""
     sim = os.environ.get("SIM")
