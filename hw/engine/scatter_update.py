@@ -95,16 +95,18 @@ class ScatterUpdate(wiring.Component):
     :class:`~amaranth.lib.memory.Memory` of ``cache_rows * 2**ceil(log2
     max_lines_per_row)`` lines, synchronous read; tags ``{row, valid}`` in a second
     memory). Row ``r`` lives in slot ``r mod cache_rows``. An item whose row is not
-    cached evicts the slot's row, if any (written back line by line, then every B
-    awaited), then reads its row from PMEM (one single-beat burst per line, so no burst
+    cached evicts the slot's row, if any (written back line by line), then reads its
+    row from PMEM (one single-beat burst per line, so no burst
     crosses a 4 KiB boundary, same ID, so beats return in order). Later items of a
     cached row update the cached copy in order, which is the contract's sequential
     semantics. At ``last`` every cached row is written back, every B awaited, the cache
     invalidated, and ``o_done`` reports ``rows_written`` (write-backs: row misses) and
     ``updates`` (items with ``line == 0``: counted indices). A row is therefore written
     once per descriptor unless another row of the same slot evicted it in between.
-    Read-after-write hazard: no read is issued while a write-back is unacknowledged,
-    so a re-read sees the durable write-back (``docs/pmem-model.md``: durable at B).
+    Read-after-write hazard: the fill starts without waiting for the eviction's Bs
+    (it reads a different row), but a miss starts only once every B of the previous
+    eviction has arrived, so a re-read of an evicted row sees its durable write-back
+    (``docs/pmem-model.md``: durable at B); the flush awaits every B.
 
     **Pipeline.** Items that hit are issued one per cycle into a fixed-latency
     pipeline (``weight * grad`` in the multipliers, with weight 1.0 when not
@@ -132,8 +134,9 @@ class ScatterUpdate(wiring.Component):
     re-reads its tag (1 cycle): 27 cycles for a 4-line row with the pipeline empty,
     33 on average in a Zipf workload (the previous controller: 33 to 37 including its
     own update); when the slot was occupied the eviction adds the write-back of
-    ``lines_per_row`` lines (3 cycles per line plus backpressure) and its B latency:
-    65 cycles for a 4-line row (previously 68). After reset the tag memory is cleared
+    ``lines_per_row`` lines (3 cycles per line plus backpressure), its B latency
+    hidden behind the fill: 47 cycles for a 4-line row (65 when the fill waited for
+    the Bs). After reset the tag memory is cleared
     for ``cache_rows`` cycles (``i_items.ready`` low); reset drops the descriptor in
     progress (its cached rows are not written). AXI error responses are not checked.
 
@@ -236,7 +239,7 @@ class ScatterUpdate(wiring.Component):
         flushing = Signal()
         cnt = Signal(7)                     # write-back line / AR count
         r_cnt = Signal(7)                   # R beats received
-        b_cnt = Signal(7)                   # B responses received
+        b_owed = Signal(8)                  # write-back lines sent, B not yet received
         aw_pend = Signal()
         w_pend = Signal()
         w_data = Signal(LINE_BITS, reset_less=True)
@@ -271,8 +274,11 @@ class ScatterUpdate(wiring.Component):
             axi.wlast.eq(1),
             axi.bready.eq(1),
         ]
-        with m.If(axi.bvalid):
-            m.d.sync += b_cnt.eq(add(b_cnt, 1, 7))
+        aw_done = axi.awvalid & axi.awready
+        with m.If(aw_done & ~axi.bvalid):
+            m.d.sync += b_owed.eq(add(b_owed, 1, 8))
+        with m.Elif(~aw_done & axi.bvalid):
+            m.d.sync += b_owed.eq(sub(b_owed, 1, 8))
 
         # --- stage A: the cache line, the granules the item writes, the tag check
         # Granule ``g`` is bits 16g..16g+15 of the line. Lane ``e`` is a table element
@@ -394,7 +400,7 @@ class ScatterUpdate(wiring.Component):
         state = Signal(_State, init=_State.CLEAR)
 
         def start_writeback(m, row):
-            m.d.sync += [addr_row.eq(row), cnt.eq(0), b_cnt.eq(0)]
+            m.d.sync += [addr_row.eq(row), cnt.eq(0)]
             m.d.sync += state.eq(_State.WB_READ)
 
         def start_fill(m):
@@ -420,7 +426,9 @@ class ScatterUpdate(wiring.Component):
                     m.d.sync += a_valid.eq(0)
                     with m.If(cur.last):
                         m.d.sync += state.eq(_State.DRAIN)
-                with m.If(a_valid & ~hit & ~busy):
+                # A miss waits for the previous eviction's Bs (usually long arrived):
+                # its fill may read the row that eviction wrote.
+                with m.If(a_valid & ~hit & ~busy & ~b_owed.any()):
                     with m.If(tag.valid):
                         start_writeback(m, tag.row)
                     with m.Else():
@@ -436,7 +444,7 @@ class ScatterUpdate(wiring.Component):
                         with m.If(~i.p.line.any()):
                             m.d.sync += updates.eq(add(updates, 1, 32))
 
-            with m.Case(_State.DRAIN), m.If(~busy):
+            with m.Case(_State.DRAIN), m.If(~busy & ~b_owed.any()):
                 m.d.sync += [slot.eq(0), flushing.eq(1)]
                 m.d.sync += state.eq(_State.F_READ)
 
@@ -458,14 +466,16 @@ class ScatterUpdate(wiring.Component):
                         m.d.sync += state.eq(_State.WB_WAIT)
                     with m.Else():
                         m.d.sync += state.eq(_State.WB_READ)
-            with m.Case(_State.WB_WAIT):  # noqa: SIM117 (an HDL case, not a context pair)
-                # Every B before anything else: a later read of this row sees it.
-                with m.If(b_cnt == lpr):
+            with m.Case(_State.WB_WAIT):
+                # A miss's fill reads another row than the one written back, so it
+                # starts at once, its read latency hiding the write's; the next miss
+                # waits for these Bs (above). The flush awaits every B.
+                with m.If(~flushing):
                     m.d.sync += rows_written.eq(add(rows_written, 1, 32))
-                    with m.If(flushing):
-                        m.d.sync += state.eq(_State.F_NEXT)
-                    with m.Else():
-                        start_fill(m)
+                    start_fill(m)
+                with m.Elif(~b_owed.any()):
+                    m.d.sync += rows_written.eq(add(rows_written, 1, 32))
+                    m.d.sync += state.eq(_State.F_NEXT)
 
             # --- read of ``cur.row`` into ``slot``, one line per burst, in order (ID 0)
             with m.Case(_State.FILL):
