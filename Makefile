@@ -1,11 +1,12 @@
 # TrainingCXL device: every flow goes through this file.
-#   make sim      the main job (today: CXL.mem traffic demonstration)
+#   make sim      the main job: train a DLRM through the device, crash, recover, report
 #   make test     the whole regression (pytest -n auto, Verilator and Icarus)
 #   make verilog  elaborate every design for CONFIG into build/verilog/<config>/
 #   make lint     Verilator -Wall on every generated module, ruff on the Python
 #   make bench    benchmarks, JSON under build/bench/
 #   make synth    Yosys + nextpnr-ecp5 resource and Fmax estimate, JSON under build/synth/
 # Variables: SIM=verilator|icarus  CONFIG=<preset name or .toml path>  WAVES=1  SEED=<n>
+#            CRASH_AT=<cycles>|-1 (make sim: when the power fails; -1: never)
 
 SIM    ?= verilator
 CONFIG ?= default
@@ -53,14 +54,14 @@ verilog: $(STAMP)
 	$(PY) -m hw.csr.docgen --config $(CONFIG) --out build/verilog
 
 sim: $(STAMP) check-sim
-	$(PY) -m sim.demo --config $(CONFIG) --sim $(SIM) $(if $(filter 1,$(WAVES)),--waves) $(if $(SEED),--seed $(SEED))
+	$(PY) -m sim.train --config $(CONFIG) --sim $(SIM) $(if $(filter 1,$(WAVES)),--waves) $(if $(SEED),--seed $(SEED)) $(if $(CRASH_AT),--crash-at $(CRASH_AT))
 
 # Icarus is the second simulator; without it the Icarus half of the suite is skipped
 # with a message rather than failing obscurely.
 test: $(STAMP)
 	@command -v iverilog >/dev/null || \
 	  echo "warning: Icarus Verilog not found (sudo apt-get install -y iverilog); its tests will be skipped"
-	$(if $(TEST_SIM),SIM=$(TEST_SIM)) $(PY) -m pytest -n auto
+	$(if $(TEST_SIM),SIM=$(TEST_SIM)) $(PY) -m pytest -n auto --maxschedchunk 1
 
 lint: $(STAMP)
 	$(PY) -m sim.lint $(LINT_CONFIGS)

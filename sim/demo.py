@@ -1,11 +1,12 @@
-"""``make sim``: the CXL.mem demonstration on the generated Verilog.
+"""``python -m sim.demo``: the CXL.mem demonstration on the generated Verilog (``make
+sim`` runs the DLRM training of :mod:`sim.train`).
 
 An emulated GPU identifies the device over CSRs, streams writes and reads through the
 CXL.mem endpoint into the PMEM model (120-cycle reads, 40-cycle writes, one line per
 cycle peak), runs random mixed traffic with idle cycles and backpressure, sends one
 bad request, and every response is checked against a golden memory. This prints
 the transactions, bandwidth and latency of each phase and writes them to
-``build/sim/demo-<config>-<sim>.json``. (The DLRM training run replaces it later.)
+``build/sim/demo-<config>-<sim>.json``.
 """
 
 from __future__ import annotations

@@ -124,6 +124,8 @@ class PmemStats:
         Beats answered OKAY (R beats presented; lines of writes made durable).
     media_accesses, buffer_hits:
         Line accesses that took a media slot, and those served by a channel's buffer.
+    media_reads, media_writes:
+        ``media_accesses`` split by direction (reads + writes == media_accesses).
     media_busy:
         Media busy cycles per channel.
     read_latency:
@@ -140,6 +142,8 @@ class PmemStats:
     lines_written: int = 0
     media_accesses: int = 0
     buffer_hits: int = 0
+    media_reads: int = 0
+    media_writes: int = 0
     decerr: int = 0
     media_busy: list[float] = field(default_factory=list)
     read_latency: list[int] = field(default_factory=list)
@@ -153,6 +157,7 @@ class PmemStats:
             "reads": self.reads, "writes": self.writes, "lines_read": self.lines_read,
             "lines_written": self.lines_written, "media_accesses": self.media_accesses,
             "buffer_hits": self.buffer_hits, "decerr": self.decerr,
+            "media_reads": self.media_reads, "media_writes": self.media_writes,
             "media_busy": float(sum(self.media_busy)),
             "read_latency_mean": mean(self.read_latency),
             "read_latency_max": max(self.read_latency, default=0),
@@ -319,6 +324,10 @@ class PmemModel:
         self._free[ch] = end
         self.stats.media_busy[ch] += self._block_cycles
         self.stats.media_accesses += 1
+        if direction == _READ:
+            self.stats.media_reads += 1
+        else:
+            self.stats.media_writes += 1
         ready = math.ceil(start) + self._latency[direction]
         self._last[direction][ch] = (block, end, ready)
         return ready

@@ -21,11 +21,14 @@ _HEAVY_GROUPS = ("recovery", "campaign", "random", "ordering", "lookup", "reset"
 def pytest_collection_modifyitems(session, config, items) -> None:
     """Order the cocotb groups first, interleaved by device build.
 
-    ``pytest -n`` (xdist's load scheduling) hands the first quarter of the items to the
-    workers round robin, and each cocotb build is guarded by a file lock: two workers
-    starting on the same build would leave one waiting for minutes. Interleaving the
-    builds makes neighbouring items (which go to different workers) use different
-    builds, so the builds run in parallel; within a build the heaviest groups go first.
+    ``make test`` runs xdist's load scheduling with ``--maxschedchunk 1``: each worker
+    takes the next item when it is nearly idle, so the items run roughly in this
+    order, the long ones first. (Without it, xdist hands each worker a fixed chunk of
+    an eighth of the suite first, and one worker can end up with all the cocotb
+    groups.) Each cocotb build is guarded by a file lock, so two workers starting on
+    the same build would leave one waiting for minutes. Interleaving the builds makes
+    neighbouring items, which go to different workers, use different builds, so the
+    builds run in parallel. Within a build the heaviest groups go first.
     """
     def params(item) -> dict:
         return getattr(getattr(item, "callspec", None), "params", {})

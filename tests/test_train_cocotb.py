@@ -1,0 +1,30 @@
+"""Slow tier: DLRM training through the whole device (``tb/train_dlrm.py``).
+
+The ``tiny`` preset (6 batches) end to end on config ``small``, on Verilator and Icarus, with random
+idle cycles, backpressure and PMEM timing on every channel:
+
+* TrainingCXL: a power failure at a cycle drawn from the seed, recovery, MLP reload,
+  resume; tables bit for bit and losses equal to the reference run from the recovered
+  state;
+* baseline: software pooling, updates and checkpointing over CXL.mem; tables bit for bit
+  and losses equal to the reference run.
+
+``SEED=<n>`` replays a run (it seeds both the cocotb bench and the data).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import run_cocotb_group, sim_configs
+
+CASES = sim_configs({"verilator": ("small",), "icarus": ("small",)})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["trainingcxl", "baseline"])
+@pytest.mark.parametrize("sim, config", CASES)
+def test_train(sim: str, config: str, mode: str) -> None:
+    run_cocotb_group("tb.train_dlrm", config, sim, f"train-{mode}", ["train_dlrm"],
+                     {"preset": "tiny", "mode": mode,
+                      "crash_at": "auto", "noise": True})
