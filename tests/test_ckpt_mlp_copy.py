@@ -93,10 +93,12 @@ def test_copies_match_contract(run, seed, traffic):
     rng = random.Random(seed)
     model = _model(seed)
     jobs = []
-    for _ in range(4):
+    window = PMEM_SIZE // 8                 # each job's slot in its own window
+    for k in range(4):
         lines = rng.randint(1, 40)
         src = rng.randrange(0, PMEM_SIZE // 2 - lines * LINE, LINE)
-        dst = rng.randrange(PMEM_SIZE // 2, PMEM_SIZE - (lines + 2) * LINE, LINE)
+        low = PMEM_SIZE // 2 + k * window
+        dst = rng.randrange(low, low + window - (lines + 2) * LINE, LINE)
         slot_bytes = lines * LINE + rng.choice((0, LINE))     # slot at least as large
         jobs.append({"src": src, "dst": dst, "header_addr": dst + slot_bytes, "lines": lines,
                      "batch_id": rng.getrandbits(32)})
