@@ -101,18 +101,28 @@ class ScatterUpdate(wiring.Component):
     :class:`~amaranth.lib.memory.Memory` of ``cache_rows * 2**ceil(log2
     max_lines_per_row)`` lines, synchronous read; tags ``{row, valid}`` in a second
     memory). Row ``r`` lives in slot ``r mod cache_rows``. An item whose row is not
-    cached evicts the slot's row, if any (written back line by line), then reads its
-    row from PMEM (one single-beat burst per line, so no burst
-    crosses a 4 KiB boundary, same ID, so beats return in order). Later items of a
+    cached evicts the slot's row, if any (written back line by line), then fills the
+    slot from ``i_lines``. Later items of a
     cached row update the cached copy in order, which is the contract's sequential
     semantics. At ``last`` every cached row is written back, every B awaited, the cache
     invalidated, and ``o_done`` reports ``rows_written`` (write-backs: row misses) and
     ``updates`` (items with ``line == 0``: counted indices). A row is therefore written
     once per descriptor unless another row of the same slot evicted it in between.
-    Read-after-write hazard: the fill starts without waiting for the eviction's Bs
-    (it reads a different row), but a miss starts only once every B of the previous
-    eviction has arrived, so a re-read of an evicted row sees its durable write-back
-    (``docs/pmem-model.md``: durable at B); the flush awaits every B.
+    **Read-ahead lines.** ``i_lines`` carries, for every counted index in item order,
+    the ``lines_per_row`` lines of its row as the engine's
+    :class:`~.row_gather.RowGather` read them ahead, many reads in flight. The first
+    item of an index (``line`` 0) takes them: a miss fills the slot from them, a hit
+    drops them (the cached copy is newer). Their copy is current unless this
+    descriptor wrote the row back earlier (an eviction, whose write may land after the
+    gather read the row): evictions mark the row's low 8 bits in a 256-bit mask,
+    cleared when the descriptor completes, and a miss of a marked row drops its lines
+    and reads the row from PMEM instead (one single-beat burst per line, so no burst
+    crosses a 4 KiB boundary, same ID, so beats return in order). That read starts
+    only once every B of the previous eviction has arrived, so it sees the durable
+    write-back (``docs/pmem-model.md``: durable at B); false marks only cost time. A
+    fill does not wait for its own eviction's Bs (it reads another row); the next miss
+    does, and the flush awaits every B. The block completes a descriptor only after
+    every line of its indices has been taken or dropped.
 
     **Pipeline.** Items that hit are issued one per cycle into a fixed-latency
     pipeline (``weight * grad`` in the multipliers, with weight 1.0 when not
@@ -136,13 +146,13 @@ class ScatterUpdate(wiring.Component):
     fp32 row repeated index after index takes 3 cycles per item, a two-line fp32 row
     1.5, a one-line bf16 row (two items, one per half) 2. An item's line is written 8
     cycles after its transfer. A miss holds the input while the pipeline drains (up
-    to 7 cycles), then reads the row (``lines_per_row`` ARs and the read latency) and
-    re-reads its tag (1 cycle): 27 cycles for a 4-line row with the pipeline empty,
-    33 on average in a Zipf workload (the previous controller: 33 to 37 including its
-    own update); when the slot was occupied the eviction adds the write-back of
-    ``lines_per_row`` lines (3 cycles per line plus backpressure), its B latency
-    hidden behind the fill: 47 cycles for a 4-line row (65 when the fill waited for
-    the Bs). After reset the tag memory is cleared
+    to 7 cycles), then takes the row's read-ahead lines (one per cycle) and re-reads
+    its tag (1 cycle): 13 cycles on average for 4-line rows in a Zipf workload (33
+    when every fill was a read at latency 20, and the read latency grows with PMEM's);
+    when the slot was occupied the eviction adds the write-back of ``lines_per_row``
+    lines (3 cycles per line plus backpressure). A row that comes back after its own
+    eviction is read from PMEM after the write-back's Bs: 45 cycles per index for two
+    4-line rows alternating in one slot. After reset the tag memory is cleared
     for ``cache_rows`` cycles (``i_items.ready`` low); reset drops the descriptor in
     progress (its cached rows are not written). AXI error responses are not checked.
 
@@ -178,6 +188,8 @@ class ScatterUpdate(wiring.Component):
         ``table_base``, ``lines_per_row``, ``bf16``, ``weighted``, ``dim``.
     i_items : ``In(stream.Signature(ITEM))``
         ``row``, ``line``, ``weight``, ``grad``, ``last``.
+    i_lines : ``In(stream.Signature(GLINE))``
+        The rows of the counted indices, read ahead (above).
     pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
     o_done : ``Out(stream.Signature(DONE))``
 
