@@ -49,9 +49,10 @@ class Engine(wiring.Component):
     **Structure.** :class:`~.desc_fetch.DescFetch` reads descriptors ahead; the
     dispatcher here sends LOOKUP and UPDATE to :class:`~.bag_sequencer.BagSequencer`
     (every check, then the row stream), whose rows go to
-    :class:`~.row_gather.RowGather` and :class:`~.pool_reduce.PoolReduce` for a LOOKUP
-    or to :class:`~.grad_feed.GradFeed` and :class:`~.scatter_update.ScatterUpdate` for
-    an UPDATE; :class:`~.completion.Completion` writes the pooled vectors and the
+    :class:`~.row_gather.RowGather` and :class:`~.pool_reduce.PoolReduce` for a LOOKUP;
+    for an UPDATE they go both to :class:`~.grad_feed.GradFeed`, whose gradient items
+    feed :class:`~.scatter_update.ScatterUpdate`, and to the gather, which reads the
+    rows ahead into the update's cache (counted rows only, never captured); :class:`~.completion.Completion` writes the pooled vectors and the
     completion records in ring order and advances the head. One
     :class:`~hw.bus.axi_arbiter.AxiArbiter` (round-robin, one class) shares the PMEM
     port between the eight managers; each gets ``axi_id_width - 3`` ID bits (the
