@@ -183,7 +183,7 @@ def check_table(model: PmemModel, d: Desc) -> None:
 
 @dataclass
 class Traffic:
-    idle: float = 0.0       # i_items valid withheld
+    idle: float = 0.0       # i_items and i_lines valid withheld
     ar_bp: float = 0.0
     aw_bp: float = 0.0
     w_bp: float = 0.0
@@ -198,14 +198,23 @@ ROUGH = Traffic(idle=0.3, ar_bp=0.3, aw_bp=0.3, w_bp=0.3, r_idle=0.3, b_idle=0.3
 
 
 def run(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
-        traffic: Traffic, max_cycles: int = 200_000,
+        traffic: Traffic, max_cycles: int = 200_000, ahead: int = 12,
         accepts: list[int] | None = None) -> tuple[list[dict], int]:
-    """Feed ``descs``; returns the ``o_done`` records and the cycles taken. The cycle of
-    every item transfer is appended to ``accepts``, if given."""
+    """Feed ``descs`` and, on ``i_lines``, every counted index's row read from PMEM up to
+    ``ahead`` indices early; returns the ``o_done`` records and the cycles taken. The
+    cycle of every item transfer is appended to ``accepts``, if given."""
     rng = random.Random(seed)
     ctrl_l = ctrl_layout(dut.addr_width)
     queue = [(pack(ctrl_l, d.ctrl()), pack(ITEM, it)) for d in descs for it in d.items()]
     queue.reverse()
+    # The gather's read-ahead: every counted index's row, read from PMEM up to
+    # ``ahead`` indices before the block takes its lines (so a row written back in
+    # between is stale), never before the previous descriptor completed (UPDATE is
+    # serialising in the engine).
+    rows = [(n, d.base + it["row"] * d.lines * LINE_BYTES, d.lines)
+            for n, d in enumerate(descs) for it in d.items() if it["line"] == 0]
+    rows.reverse()
+    lines: list[int] = []   # read ahead, in order
     dones: list[dict] = []
     checks = {n: StreamRule(n) for n in ("AR", "AW", "W", "o_done")}
     cycles = [0]
@@ -214,8 +223,20 @@ def run(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
     async def bench(ctx):
         cur = beat = b = None
         cycle = 0
+        line_out = None
+        taken_rows: list[int] = []
         while len(dones) < len(descs):
             assert cycle < max_cycles, f"timeout: {len(dones)} of {len(descs)} done"
+            if rows and rows[-1][0] <= len(dones) and len(taken_rows) < ahead:
+                _, addr, n = rows.pop()
+                img = model.read(addr, n * LINE_BYTES)
+                lines.extend(int.from_bytes(img[i * LINE_BYTES:(i + 1) * LINE_BYTES],
+                                            "little") for i in range(n))
+                taken_rows.append(n)
+            if line_out is None and lines and not rng.random() < traffic.idle:
+                line_out = lines.pop(0)
+                ctx.set(dut.i_lines.payload.as_value(), line_out)
+            ctx.set(dut.i_lines.valid, line_out is not None)
             if cur is None and queue and not rng.random() < traffic.idle:
                 cur = queue.pop()
                 ctx.set(dut.i_ctrl.as_value(), cur[0])
@@ -239,14 +260,20 @@ def run(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
                     ctx.set(p.bid, b[0])
                     ctx.set(p.bresp, b[1])
             ctx.set(p.bvalid, b is not None)
-            (_, _, i_ready, d_valid, d_ready, d_p, arvalid, arready, awvalid, awready,
-             wvalid, wready, wdata, wstrb, wlast, rready, bready, *addr) = await ctx.tick().sample(
-                dut.i_items.ready, dut.o_done.valid, dut.o_done.ready,
+            (_, _, l_ready, i_ready, d_valid, d_ready, d_p, arvalid, arready, awvalid,
+             awready, wvalid, wready, wdata, wstrb, wlast, rready, bready,
+             *addr) = await ctx.tick().sample(
+                dut.i_lines.ready, dut.i_items.ready, dut.o_done.valid, dut.o_done.ready,
                 dut.o_done.payload.as_value(), p.arvalid, p.arready, p.awvalid, p.awready,
                 p.wvalid, p.wready, p.wdata, p.wstrb, p.wlast, p.rready, p.bready,
                 p.arid, p.araddr, p.arlen, p.arsize, p.arburst,
                 p.awid, p.awaddr, p.awlen, p.awsize, p.awburst)
             ar, aw = tuple(addr[:5]), tuple(addr[5:])
+            if line_out is not None and l_ready:
+                line_out = None
+                taken_rows[0] -= 1
+                if not taken_rows[0]:
+                    taken_rows.pop(0)
             if cur is not None and i_ready:
                 cur = None
                 if accepts is not None:
@@ -272,6 +299,8 @@ def run(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
                 # Durable at completion: nothing of it may still be in flight.
                 assert model.outstanding == (0, 0), "o_done before every B"
             cycle += 1
+        assert not rows and not lines and not taken_rows and line_out is None, (
+            "gathered lines left over at the end")
         cycles[0] = cycle
 
     top = Module()

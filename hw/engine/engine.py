@@ -49,9 +49,10 @@ class Engine(wiring.Component):
     **Structure.** :class:`~.desc_fetch.DescFetch` reads descriptors ahead; the
     dispatcher here sends LOOKUP and UPDATE to :class:`~.bag_sequencer.BagSequencer`
     (every check, then the row stream), whose rows go to
-    :class:`~.row_gather.RowGather` and :class:`~.pool_reduce.PoolReduce` for a LOOKUP
-    or to :class:`~.grad_feed.GradFeed` and :class:`~.scatter_update.ScatterUpdate` for
-    an UPDATE; :class:`~.completion.Completion` writes the pooled vectors and the
+    :class:`~.row_gather.RowGather` and :class:`~.pool_reduce.PoolReduce` for a LOOKUP;
+    for an UPDATE they go both to :class:`~.grad_feed.GradFeed`, whose gradient items
+    feed :class:`~.scatter_update.ScatterUpdate`, and to the gather, which reads the
+    rows ahead into the update's cache (counted rows only, never captured); :class:`~.completion.Completion` writes the pooled vectors and the
     completion records in ring order and advances the head. One
     :class:`~hw.bus.axi_arbiter.AxiArbiter` (round-robin, one class) shares the PMEM
     port between the eight managers; each gets ``axi_id_width - 3`` ID bits (the
@@ -376,15 +377,27 @@ class Engine(wiring.Component):
         ]
         wiring.connect(m, gather.o_undo, logger.i_undo)
 
-        # --- the sequencer's rows: to the gather (LOOKUP) or the gradient feed (UPDATE)
+        # --- the sequencer's rows: to the gather (LOOKUP), or to the gather (counted
+        # rows only: it reads them ahead for the update) and the gradient feed (UPDATE),
+        # each side taking an item once.
         rows = seq.o_rows
+        took_g = Signal()
+        took_f = Signal()
+        skip_g = cur_update & rows.p.empty_bag
+        g_ok = took_g | skip_g | gather.i_rows.ready
+        f_ok = took_f | grad.i_rows.ready
         m.d.comb += [
             gather.i_rows.payload.eq(rows.payload),
             grad.i_rows.payload.eq(rows.payload),
-            gather.i_rows.valid.eq(rows.valid & ~cur_update),
-            grad.i_rows.valid.eq(rows.valid & cur_update),
-            rows.ready.eq(Mux(cur_update, grad.i_rows.ready, gather.i_rows.ready)),
+            gather.i_rows.valid.eq(rows.valid & ~took_g & ~skip_g),
+            grad.i_rows.valid.eq(rows.valid & cur_update & ~took_f),
+            rows.ready.eq(Mux(cur_update, g_ok & f_ok, gather.i_rows.ready)),
         ]
+        with m.If(rows.valid & cur_update):
+            with m.If(g_ok & f_ok):
+                m.d.sync += [took_g.eq(0), took_f.eq(0)]
+            with m.Else():
+                m.d.sync += [took_g.eq(g_ok), took_f.eq(f_ok)]
         lpr_fp32 = Signal(9)
         lpr_bf16 = Signal(9)
         m.d.comb += [
@@ -399,14 +412,21 @@ class Engine(wiring.Component):
             gc.lines_per_row.eq(lpr),
             gc.batch_id.eq(cur.batch_id),
             gc.table_id.eq(cur.table_id),
-            gc.capture.eq(cur.capture_undo),
+            gc.capture.eq(cur.capture_undo & ~cur_update),
             gc.pool.mode.eq(cur.mode),
             gc.pool.weighted.eq(cur.weighted),
             gc.pool.bf16.eq(cur.bf16),
             gc.pool.lines_per_row.eq(lpr),
         ]
-        wiring.connect(m, gather.o_lines, pool.i_lines)
-        m.d.comb += pool.i_ctrl.eq(gather.o_lines.payload.ctrl)
+        lines = gather.o_lines
+        m.d.comb += [
+            pool.i_lines.payload.eq(lines.payload),
+            pool.i_lines.valid.eq(lines.valid & ~cur_update),
+            scatter.i_lines.payload.data.eq(lines.payload.data),
+            scatter.i_lines.valid.eq(lines.valid & cur_update),
+            lines.ready.eq(Mux(cur_update, scatter.i_lines.ready, pool.i_lines.ready)),
+            pool.i_ctrl.eq(lines.payload.ctrl),
+        ]
         wiring.connect(m, pool.o_pooled, comp.i_pooled)
 
         sc = scatter.i_ctrl
@@ -459,7 +479,7 @@ class Engine(wiring.Component):
                              | (axi.bvalid & axi.bready & axi.bresp.any())),
             self.ev_desc_done.eq(done),
             self.ev_line_gathered.eq(gather.o_lines.valid & gather.o_lines.ready
-                                     & ~gather.o_lines.payload.empty_bag),
+                                     & ~gather.o_lines.payload.empty_bag & ~cur_update),
             self.ev_bag_pooled.eq(comp.bag_written),
             self.ev_upd_line_written.eq(scatter.pmem.awvalid & scatter.pmem.awready),
             self.ev_upd_item.eq(grad.o_items.valid & grad.o_items.ready

@@ -10,7 +10,7 @@ from hw.arith import Fp32ToBf16, FpAdd, FpMul
 from hw.arith.fp32 import add, at_least, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 
-__all__ = ["DONE", "ITEM", "ScatterUpdate", "ctrl_layout"]
+__all__ = ["DONE", "EVICTED_BITS", "GLINE", "ITEM", "ScatterUpdate", "ctrl_layout"]
 
 #: Bits of a table / gradient line.
 LINE_BITS = 512
@@ -33,6 +33,12 @@ ITEM = data.StructLayout({
 
 #: Completion of one descriptor.
 DONE = data.StructLayout({"rows_written": 32, "updates": 32})
+
+#: One line of a row as read ahead by the gather (``i_lines``).
+GLINE = data.StructLayout({"data": LINE_BITS})
+
+#: Bits of the evicted-row marks, indexed by a row's low bits.
+EVICTED_BITS = 256
 
 
 def ctrl_layout(addr_width: int) -> data.StructLayout:
@@ -95,18 +101,28 @@ class ScatterUpdate(wiring.Component):
     :class:`~amaranth.lib.memory.Memory` of ``cache_rows * 2**ceil(log2
     max_lines_per_row)`` lines, synchronous read; tags ``{row, valid}`` in a second
     memory). Row ``r`` lives in slot ``r mod cache_rows``. An item whose row is not
-    cached evicts the slot's row, if any (written back line by line), then reads its
-    row from PMEM (one single-beat burst per line, so no burst
-    crosses a 4 KiB boundary, same ID, so beats return in order). Later items of a
+    cached evicts the slot's row, if any (written back line by line), then fills the
+    slot from ``i_lines``. Later items of a
     cached row update the cached copy in order, which is the contract's sequential
     semantics. At ``last`` every cached row is written back, every B awaited, the cache
     invalidated, and ``o_done`` reports ``rows_written`` (write-backs: row misses) and
     ``updates`` (items with ``line == 0``: counted indices). A row is therefore written
     once per descriptor unless another row of the same slot evicted it in between.
-    Read-after-write hazard: the fill starts without waiting for the eviction's Bs
-    (it reads a different row), but a miss starts only once every B of the previous
-    eviction has arrived, so a re-read of an evicted row sees its durable write-back
-    (``docs/pmem-model.md``: durable at B); the flush awaits every B.
+    **Read-ahead lines.** ``i_lines`` carries, for every counted index in item order,
+    the ``lines_per_row`` lines of its row as the engine's
+    :class:`~.row_gather.RowGather` read them ahead, many reads in flight. The first
+    item of an index (``line`` 0) takes them: a miss fills the slot from them, a hit
+    drops them (the cached copy is newer). Their copy is current unless this
+    descriptor wrote the row back earlier (an eviction, whose write may land after the
+    gather read the row): evictions mark the row's low 8 bits in a 256-bit mask,
+    cleared when the descriptor completes, and a miss of a marked row drops its lines
+    and reads the row from PMEM instead (one single-beat burst per line, so no burst
+    crosses a 4 KiB boundary, same ID, so beats return in order). That read starts
+    only once every B of the previous eviction has arrived, so it sees the durable
+    write-back (``docs/pmem-model.md``: durable at B); false marks only cost time. A
+    fill does not wait for its own eviction's Bs (it reads another row); the next miss
+    does, and the flush awaits every B. The block completes a descriptor only after
+    every line of its indices has been taken or dropped.
 
     **Pipeline.** Items that hit are issued one per cycle into a fixed-latency
     pipeline (``weight * grad`` in the multipliers, with weight 1.0 when not
@@ -130,13 +146,13 @@ class ScatterUpdate(wiring.Component):
     fp32 row repeated index after index takes 3 cycles per item, a two-line fp32 row
     1.5, a one-line bf16 row (two items, one per half) 2. An item's line is written 8
     cycles after its transfer. A miss holds the input while the pipeline drains (up
-    to 7 cycles), then reads the row (``lines_per_row`` ARs and the read latency) and
-    re-reads its tag (1 cycle): 27 cycles for a 4-line row with the pipeline empty,
-    33 on average in a Zipf workload (the previous controller: 33 to 37 including its
-    own update); when the slot was occupied the eviction adds the write-back of
-    ``lines_per_row`` lines (3 cycles per line plus backpressure), its B latency
-    hidden behind the fill: 47 cycles for a 4-line row (65 when the fill waited for
-    the Bs). After reset the tag memory is cleared
+    to 7 cycles), then takes the row's read-ahead lines (one per cycle) and re-reads
+    its tag (1 cycle): 13 cycles on average for 4-line rows in a Zipf workload (33
+    when every fill was a read at latency 20, and the read latency grows with PMEM's);
+    when the slot was occupied the eviction adds the write-back of ``lines_per_row``
+    lines (3 cycles per line plus backpressure). A row that comes back after its own
+    eviction is read from PMEM after the write-back's Bs: 45 cycles per index for two
+    4-line rows alternating in one slot. After reset the tag memory is cleared
     for ``cache_rows`` cycles (``i_items.ready`` low); reset drops the descriptor in
     progress (its cached rows are not written). AXI error responses are not checked.
 
@@ -172,6 +188,8 @@ class ScatterUpdate(wiring.Component):
         ``table_base``, ``lines_per_row``, ``bf16``, ``weighted``, ``dim``.
     i_items : ``In(stream.Signature(ITEM))``
         ``row``, ``line``, ``weight``, ``grad``, ``last``.
+    i_lines : ``In(stream.Signature(GLINE))``
+        The rows of the counted indices, read ahead (above).
     pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
     o_done : ``Out(stream.Signature(DONE))``
 
@@ -193,6 +211,7 @@ class ScatterUpdate(wiring.Component):
         super().__init__({
             "i_ctrl": In(ctrl_layout(addr_width)),
             "i_items": In(stream.Signature(ITEM)),
+            "i_lines": In(stream.Signature(GLINE)),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
             "o_done": Out(stream.Signature(DONE)),
@@ -245,6 +264,11 @@ class ScatterUpdate(wiring.Component):
         w_data = Signal(LINE_BITS, reset_less=True)
         rows_written = Signal(32)
         updates = Signal(32)
+        gl = self.i_lines
+        drop_left = Signal(16)              # gathered lines still to drop
+        evicted = Signal(EVICTED_BITS)      # rows written back by this descriptor (hashed)
+        gfill = Signal()                    # the fill takes the gathered lines
+        accounted = Signal()                # stage A's index has its lines taken or dropped
 
         lpr = ctrl.lines_per_row
         tline = Mux(ctrl.bf16, cur.line[1:], cur.line[:6])
@@ -328,6 +352,17 @@ class ScatterUpdate(wiring.Component):
         busy = Signal()     # an item not yet written
         m.d.comb += busy.eq(Cat(*valid[1:depth]).any())
 
+        # --- gathered lines: every counted index's ``lines_per_row`` lines arrive on
+        # ``i_lines`` in item order; a row held in the cache, or one this descriptor
+        # wrote back (its gathered copy may predate the write), drops them.
+        ev_sel = Signal(EVICTED_BITS, name="ev_sel")
+        m.d.comb += ev_sel.eq(evicted >> cur.row[:(EVICTED_BITS - 1).bit_length()])
+        line0 = ~cur.line.any()
+        drop_inc = Signal(8)
+        drop_take = Signal()
+        m.d.comb += drop_take.eq(gl.valid & gl.ready & drop_left.any())
+        m.d.sync += drop_left.eq(sub(add(drop_left, drop_inc, 16), drop_take, 16))
+
         def overlaps(k):
             return (valid[k] & (meta[k].addr == a_meta.addr)
                     & (meta[k].mask & a_meta.mask).any())
@@ -398,6 +433,7 @@ class ScatterUpdate(wiring.Component):
         ]
 
         state = Signal(_State, init=_State.CLEAR)
+        m.d.comb += gl.ready.eq(drop_left.any())   # FILL takes them too (below)
 
         def start_writeback(m, row):
             m.d.sync += [addr_row.eq(row), cnt.eq(0)]
@@ -422,6 +458,8 @@ class ScatterUpdate(wiring.Component):
                     issue.eq(a_valid & hit & ~hazard),
                     i.ready.eq(~a_valid | (issue & ~cur.last)),
                 ]
+                with m.If(issue & line0 & ~accounted):
+                    m.d.comb += drop_inc.eq(lpr)
                 with m.If(issue):
                     m.d.sync += a_valid.eq(0)
                     with m.If(cur.last):
@@ -429,8 +467,18 @@ class ScatterUpdate(wiring.Component):
                 # A miss waits for the previous eviction's Bs (usually long arrived):
                 # its fill may read the row that eviction wrote.
                 with m.If(a_valid & ~hit & ~busy & ~b_owed.any()):
+                    # A first index of a row not written back fills from the gathered
+                    # lines; otherwise they are dropped and the row is read from PMEM
+                    # (a miss of a later item of an index cannot happen; it would read
+                    # PMEM and consume nothing).
+                    m.d.sync += gfill.eq(line0 & ~accounted & ~ev_sel[0])
+                    with m.If(line0 & ~accounted & ev_sel[0]):
+                        m.d.comb += drop_inc.eq(lpr)
+                    m.d.sync += accounted.eq(1)
                     with m.If(tag.valid):
                         start_writeback(m, tag.row)
+                        m.d.sync += evicted.bit_select(
+                            tag.row[:(EVICTED_BITS - 1).bit_length()], 1).eq(1)
                     with m.Else():
                         start_fill(m)
                 with m.If(i.valid & i.ready):
@@ -440,11 +488,11 @@ class ScatterUpdate(wiring.Component):
                         m.d.sync += state.eq(_State.DRAIN)
                     with m.Elif(~i.p.nop):
                         m.d.sync += [cur.eq(i.p), ctrl.eq(self.i_ctrl), a_valid.eq(1),
-                                     slot.eq(i.p.row[:slot_bits])]
+                                     slot.eq(i.p.row[:slot_bits]), accounted.eq(0)]
                         with m.If(~i.p.line.any()):
                             m.d.sync += updates.eq(add(updates, 1, 32))
 
-            with m.Case(_State.DRAIN), m.If(~busy & ~b_owed.any()):
+            with m.Case(_State.DRAIN), m.If(~busy & ~b_owed.any() & ~drop_left.any()):
                 m.d.sync += [slot.eq(0), flushing.eq(1)]
                 m.d.sync += state.eq(_State.F_READ)
 
@@ -477,18 +525,28 @@ class ScatterUpdate(wiring.Component):
                     m.d.sync += rows_written.eq(add(rows_written, 1, 32))
                     m.d.sync += state.eq(_State.F_NEXT)
 
-            # --- read of ``cur.row`` into ``slot``, one line per burst, in order (ID 0)
+            # --- ``cur.row`` into ``slot``: the gathered lines (after the ones still to
+            # drop), or a read, one line per burst, in order (ID 0)
             with m.Case(_State.FILL):
-                m.d.comb += [
-                    axi.arvalid.eq(cnt != lpr),
-                    axi.rready.eq(1),
-                    wr.addr.eq(Cat(r_cnt[:line_bits], slot)),
-                    wr.data.eq(axi.rdata),
-                    wr.en.eq(axi.rvalid.replicate(2 * LINE_ELEMS)),
-                ]
+                m.d.comb += wr.addr.eq(Cat(r_cnt[:line_bits], slot))
+                take = Signal()
+                with m.If(gfill):
+                    m.d.comb += [
+                        gl.ready.eq(1),
+                        take.eq(gl.valid & ~drop_left.any()),
+                        wr.data.eq(gl.p.data),
+                    ]
+                with m.Else():
+                    m.d.comb += [
+                        axi.arvalid.eq(cnt != lpr),
+                        axi.rready.eq(1),
+                        take.eq(axi.rvalid),
+                        wr.data.eq(axi.rdata),
+                    ]
+                m.d.comb += wr.en.eq(take.replicate(2 * LINE_ELEMS))
                 with m.If(axi.arvalid & axi.arready):
                     m.d.sync += cnt.eq(add(cnt, 1, 7))
-                with m.If(axi.rvalid):
+                with m.If(take):
                     m.d.sync += r_cnt.eq(add(r_cnt, 1, 7))
                     with m.If(add(r_cnt, 1, 7) == lpr):
                         m.d.comb += [tag_wr.en.eq(1), tag_wr.data.eq(Cat(cur.row, C(1, 1)))]
@@ -511,6 +569,7 @@ class ScatterUpdate(wiring.Component):
                 with m.If(slot.all()):
                     m.d.sync += [
                         flushing.eq(0),
+                        evicted.eq(0),
                         done.valid.eq(1),
                         done.p.rows_written.eq(rows_written),
                         done.p.updates.eq(updates),
