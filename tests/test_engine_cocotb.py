@@ -2,10 +2,9 @@
 Verilator and Icarus.
 
 Parametrized over (simulator, config) pairs (``default`` and ``small`` on Verilator,
-``small`` and ``odd`` on Icarus) x groups of cocotb tests, each group one simulator run
-sharing the device build of ``tests/test_device_cocotb.py``. ``SEED=<n>`` replays a run; otherwise
-a fresh seed is drawn and printed.
-"""
+``odd`` on Icarus: every preset, both simulators) x groups of cocotb tests, each group
+one simulator run sharing the device build of ``tests/test_device_cocotb.py``.
+``SEED=<n>`` replays a run; otherwise a fresh seed is drawn and printed. """
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from .conftest import run_cocotb_group, sim_configs
 
 #: Presets per simulator: the default device (the largest build) on Verilator only;
 #: ``CONFIG=<preset or .toml>`` runs one config on every simulator.
-CASES = sim_configs({"verilator": ("default", "small"), "icarus": ("small", "odd")})
+CASES = sim_configs({"verilator": ("default", "small"), "icarus": ("odd",)})
 
 #: Descriptors per idle/backpressure variant of the random tests (x4 variants).
 N_DESC = {"verilator": 12, "icarus": 6}
