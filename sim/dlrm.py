@@ -38,7 +38,8 @@ from . import embedding
 from .embedding import LINE_BYTES
 from .workloads import SyntheticClicks, Workload
 
-__all__ = ["DLRM", "GPU_LAUNCH_CYCLES", "TrainResult", "init_tables", "train_reference"]
+__all__ = ["DLRM", "GPU_LAUNCH_CYCLES", "TrainResult", "init_tables", "train_reference",
+           "train_step"]
 
 #: Fixed GPU cost per training batch in device cycles: 10 us at 250 MHz, the order of the
 #: launch and synchronisation latency of one DLRM step captured as a CUDA graph (about
@@ -293,14 +294,21 @@ def train_reference(workload: Workload, seed: int, batches: int | None = None,
     current = list(init_tables(workload, seed) if tables is None else tables)
     losses = []
     for i in range(n):
-        batch = data.batch(i)
-        pooled = [embedding.pool(tab, idx, off, mode="sum")
-                  for tab, (idx, off) in zip(current, batch.sparse, strict=True)]
-        loss, cache = model.forward(batch.dense, pooled, batch.labels)
-        d_pooled = model.backward(cache)
-        model.sgd_step()
-        grads = model.embedding_grads(d_pooled)
-        current = [embedding.update(tab, idx, off, g)
-                   for tab, (idx, off), g in zip(current, batch.sparse, grads, strict=True)]
+        loss, current = train_step(model, current, data.batch(i))
         losses.append(loss)
     return TrainResult(tuple(losses), tuple(current), model.params_bytes())
+
+
+def train_step(model: DLRM, tables, batch, *, partials: int = 4) -> tuple[float, list]:
+    """One training step of ``model`` and ``tables`` on ``batch`` (a
+    :class:`~sim.workloads.ClickBatch`): sum pooling with ``partials`` partial sums,
+    forward, backward, SGD, then the tables' update. Returns the loss and the new
+    tables."""
+    pooled = [embedding.pool(tab, idx, off, mode="sum", partials=partials)
+              for tab, (idx, off) in zip(tables, batch.sparse, strict=True)]
+    loss, cache = model.forward(batch.dense, pooled, batch.labels)
+    d_pooled = model.backward(cache)
+    model.sgd_step()
+    grads = model.embedding_grads(d_pooled)
+    return loss, [embedding.update(tab, idx, off, g)
+                  for tab, (idx, off), g in zip(tables, batch.sparse, grads, strict=True)]

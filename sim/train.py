@@ -67,7 +67,7 @@ def reference_train(workload: Workload, seed: int, *, partials: int, first: int 
     (default: ``DLRM(workload, seed)``'s initial ones), pooling with the device's
     accumulation order (``partials = config.reduce_partials``); otherwise exactly
     :func:`sim.dlrm.train_reference`'s step."""
-    from .dlrm import init_tables
+    from .dlrm import init_tables, train_step
 
     last = workload.batches if last is None else last
     data = SyntheticClicks(workload, seed)
@@ -77,16 +77,7 @@ def reference_train(workload: Workload, seed: int, *, partials: int, first: int 
     current = list(init_tables(workload, seed) if tables is None else tables)
     losses = {}
     for b in range(first, last + 1):
-        batch = data.batch(b - 1)
-        pooled = [embedding.pool(t, idx, off, mode="sum", partials=partials)
-                  for t, (idx, off) in zip(current, batch.sparse, strict=True)]
-        loss, cache = model.forward(batch.dense, pooled, batch.labels)
-        d_pooled = model.backward(cache)
-        model.sgd_step()
-        grads = model.embedding_grads(d_pooled)
-        current = [embedding.update(t, idx, off, g)
-                   for t, (idx, off), g in zip(current, batch.sparse, grads, strict=True)]
-        losses[b] = loss
+        losses[b], current = train_step(model, current, data.batch(b - 1), partials=partials)
     return ReferenceRun(losses, tuple(current), model.params_bytes())
 
 
