@@ -52,8 +52,9 @@ class Engine(wiring.Component):
     :class:`~.row_gather.RowGather` and :class:`~.pool_reduce.PoolReduce` for a LOOKUP;
     for an UPDATE they go both to :class:`~.grad_feed.GradFeed`, whose gradient items
     feed :class:`~.scatter_update.ScatterUpdate`, and to the gather, which reads the
-    rows ahead into the update's cache (counted rows only, never captured); :class:`~.completion.Completion` writes the pooled vectors and the
-    completion records in ring order and advances the head. One
+    rows ahead into the update's cache (counted rows only, never captured);
+    :class:`~.completion.Completion` writes the pooled vectors and the completion
+    records in ring order and advances the head. One
     :class:`~hw.bus.axi_arbiter.AxiArbiter` (round-robin, one class) shares the PMEM
     port between the eight managers; each gets ``axi_id_width - 3`` ID bits (the
     logger and the copier ``axi_id_width - 4`` each, behind their own arbiter).
