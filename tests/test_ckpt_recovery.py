@@ -42,6 +42,7 @@ from sim.ckpt import (
 )
 from tb.pmem import PmemModel, PmemTiming
 
+from .axi_pmem import ROUGH, SMOOTH, Traffic
 from .conftest import assert_lints_clean
 from .stream_rule import StreamRule
 
@@ -59,17 +60,6 @@ LINE = 64
 
 # --- bench ---------------------------------------------------------------------------
 
-@dataclass
-class Traffic:
-    ar_bp: float = 0.0
-    aw_bp: float = 0.0
-    w_bp: float = 0.0
-    r_idle: float = 0.0
-    b_idle: float = 0.0
-
-
-SMOOTH = Traffic()
-ROUGH = Traffic(ar_bp=0.3, aw_bp=0.3, w_bp=0.3, r_idle=0.3, b_idle=0.3)
 FAST = PmemTiming(read_latency=8, write_latency=8, jitter=12)
 
 RESULTS = ("status", "committed", "epoch", "rolled_back", "mlp_slot", "mlp_batch",
