@@ -15,7 +15,9 @@ Everything here follows that page, not the RTL:
 * :func:`coalesce_stats` and :func:`random_bags`: benchmark statistics and workloads.
 
 NaNs: numpy keeps NaN payloads and signs where the device returns its canonical NaN
-(``docs/numerics.md`` rule 3), so results are compared with NaNs matched by class.
+(``docs/numerics.md`` rule 3), so :func:`pool` and :func:`update` replace every NaN they
+compute by the canonical one (:func:`canonical_nans`) and their images compare bit for bit
+with the device's.
 
 Indices, offsets and ``padding_idx`` are int32 as on the device; the functions accept
 any integers in ``[-2**31, 2**32)`` and read them as 32-bit patterns (so
@@ -41,6 +43,7 @@ __all__ = [
     "LINE_BYTES",
     "CoalesceStats",
     "bags",
+    "canonical_nans",
     "coalesce_stats",
     "lines_per_row",
     "pack_rows",
@@ -89,6 +92,14 @@ def _little_endian_bits(array: np.ndarray) -> np.ndarray:
     """The element bit patterns of a float32 / bfloat16 array as little-endian uints."""
     uint = np.uint32 if array.dtype == FP32 else np.uint16
     return array.view(uint).astype(np.dtype(uint).newbyteorder("<"))
+
+
+def canonical_nans(array: np.ndarray) -> np.ndarray:
+    """``array`` (float32 or bfloat16) with every NaN replaced by the device's canonical
+    quiet NaN, ``0x7FC00000`` or ``0x7FC0`` (``docs/numerics.md`` rule 3); a new array."""
+    uint = np.uint32 if array.dtype == FP32 else np.uint16
+    qnan = np.array(0x7FC0_0000 if array.dtype == FP32 else 0x7FC0, uint).view(array.dtype)
+    return np.where(np.isnan(array), qnan, array).astype(array.dtype)
 
 
 def pack_rows(array: np.ndarray, base: bytes | None = None) -> bytes:
@@ -318,8 +329,8 @@ def pool(table: np.ndarray, indices: IntArray, offsets: IntArray, *,
             if mode is PoolMode.MEAN:
                 result = result / np.float32(n)
             out[b] = result
-        # Rounding NaN to bf16 is part of the contract too.
-        return out.astype(batch.table.dtype)
+        # Rounding NaN to bf16 is part of the contract too; every NaN result is canonical.
+        return canonical_nans(out.astype(batch.table.dtype))
 
 
 def pool_f64(table: np.ndarray, indices: IntArray, offsets: IntArray, *,
@@ -434,7 +445,7 @@ def update(table: np.ndarray, indices: IntArray, offsets: IntArray, grads: np.nd
             for k in pos.tolist():
                 step = g[b] if batch.weights is None else batch.weights[k] * g[b]
                 i = batch.indices[k]
-                new[i] = (new[i].astype(np.float32) + step).astype(new.dtype)
+                new[i] = canonical_nans((new[i].astype(np.float32) + step).astype(new.dtype))
     return new
 
 

@@ -423,6 +423,25 @@ def test_pool_sum_specials():
     assert pool1([2.0 ** -149, 2.0 ** -149]) == 2.0 ** -148
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_nan_results_are_canonical(dtype):
+    """Rule 3: numpy gives 0xFFC00000 for inf - inf and keeps a NaN operand's sign and
+    payload; the models return the device's canonical NaN for every NaN result, so the
+    engine's images compare bit for bit (a sign-flipped NaN once failed a device test)."""
+    neg_nan = np.array([0xFFC1_2345], np.uint32).view(np.float32)[0]
+    table = np.array([[np.inf, 1, neg_nan], [-np.inf, 2, 3]], np.float32).astype(dtype)
+    qnan = 0x7FC0_0000 if dtype == F32 else 0x7FC0
+    for mode in ("sum", "mean", "max"):
+        out = emb.pool(table, [0, 1], [0], mode=mode)
+        want_nan = [mode != "max", False, True]
+        assert list(np.isnan(out[0].astype(F32))) == want_nan, mode
+        assert all(bits(out)[0][want_nan] == qnan), (mode, bits(out))
+    grads = np.array([[-np.inf, 0, 0]], np.float32)
+    new = emb.update(table, [0], [0], grads)
+    assert bits(new)[0][0] == qnan and bits(new)[0][2] == qnan
+    assert bits(new)[1].tolist() == bits(table)[1].tolist()    # untouched row keeps its bits
+
+
 # --- Mean: correctly rounded division --------------------------------------------------
 
 def round_to_f32(q: Fraction) -> F32:
