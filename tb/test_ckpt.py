@@ -1,12 +1,13 @@
 """cocotb tests of the checkpoint logger and recovery in the whole device: the crash
 campaign of ``docs/checkpoint.md`` and the bad inputs around it.
 
-A crash point: format the device, create small random tables, run recovery (which turns
-checkpointing on), then run a training-like sequence (per batch: a capturing LOOKUP per
-table, an UPDATE per table, COMMIT, MLP_CHECKPOINT of fresh random "MLP parameters"
-with relaxation K = 1) while the power fails at a random cycle (unacked PMEM writes
-dropped, applied or torn at 8-byte granularity, seeded); reset; recovery; then the
-invariants of ARCHITECTURE §7 are checked bit for bit:
+The campaign formats the device, creates small random tables and runs recovery (which
+turns checkpointing on). A crash point then runs a training-like window of ``BATCHES``
+batches from the committed one (per batch: a capturing LOOKUP per table, an UPDATE per
+table, COMMIT, MLP_CHECKPOINT of fresh random "MLP parameters" with relaxation K = 1)
+while the power fails at a random cycle (unacked PMEM writes dropped, applied or torn at
+8-byte granularity, seeded); reset; recovery; then the invariants of ARCHITECTURE §7 are
+checked bit for bit:
 
 * the committed batch is at least the last COMMIT that completed before the crash and
   at most the last one issued;
@@ -14,7 +15,11 @@ invariants of ARCHITECTURE §7 are checked bit for bit:
 * the MLP slot recovery names holds exactly the parameters staged for its batch (payload
   and the contract's header), that batch is not after the committed one, not older than
   a copy seen finished before the crash, and lags the committed batch by at most K;
-* the engine works afterwards: one more batch runs and commits.
+* the engine works afterwards: the next point trains on from the recovered state, as a
+  resumed training does (after re-checkpointing the MLP if its slot is behind the
+  committed batch), so points chain through log-ring wrap-around and MLP-slot reuse;
+  every ``FRESH_EVERY`` points the device is formatted again with new tables, and one
+  last batch after the last point must commit and match the model.
 
 Test parameters: ``n_points`` (crash points per campaign test).
 """
@@ -34,8 +39,10 @@ from tb.ckpt_driver import CkptDriver
 from tb.device_tb import DeviceTB
 from tb.engine_driver import Batch, random_table
 
-#: Batches per crash point, tables, bags per batch and rows per bag.
-BATCHES, TABLES, BAGS, POOLING = 3, 2, 4, 3
+#: Batches per crash window, tables, bags per batch and rows per bag.
+BATCHES, TABLES, BAGS, POOLING = 2, 2, 4, 3
+#: Crash points between two formats of the device (new tables).
+FRESH_EVERY = 10
 #: The campaign's MLP relaxation (CK_MLP_K) and largest MLP checkpoint (bytes).
 MLP_K, MLP_BYTES = 1, 1024
 
@@ -148,7 +155,19 @@ class Campaign:
         assert c - res.mlp_batch <= MLP_K, f"{res}: the MLP checkpoint lags by more than K"
         for t, data in zip(self.tables, self.golden[c], strict=True):
             t.data = data
+        self.issued = self.completed = c
+        self.golden = {b: g for b, g in self.golden.items() if b <= c}
         return c
+
+    async def resume(self, c: int) -> None:
+        """What a resumed training does before its next batch: checkpoint the MLP of the
+        committed batch ``c`` when the slot recovery named is older (a crash between
+        COMMIT and MLP_CHECKPOINT), so K bounds the lag again."""
+        if self.drv.mlp_batch < c:
+            exp = await self.drv.mlp_checkpoint(c, self.mlp_params())
+            assert exp.status is Status.OK, exp.status
+            await self.drv.run()
+            await self.drv.wait_mlp(c)
 
 
 async def _campaign(dut, name: str, *, during_recovery: bool = False):
@@ -164,12 +183,13 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
     camp.check_tables(BATCHES)
     tb.log.info("%d batches take %d cycles; %d crash points", BATCHES, window, n_points)
     survived = rolled = 0
+    c = BATCHES
     for point in range(n_points):
-        t0 = tb.loop.cycle
-        await camp.fresh()
-        tb.log.debug("point %d: fresh start took %d cycles", point, tb.loop.cycle - t0)
+        if point and point % FRESH_EVERY == 0:
+            await camp.fresh()
+            c = 0
         at = tb.rng.randrange(window + 50)
-        task = cocotb.start_soon(camp.train(1, BATCHES))
+        task = cocotb.start_soon(camp.train(c + 1, c + BATCHES))
         await _wait_or_done(tb, task, at)
         if not task.done():
             task.cancel()
@@ -180,14 +200,15 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
             await camp.crash()
             tb.log.info("point %d: power failed again %d cycles into recovery", point,
                         tb.loop.cycle - begin)
+        issued, completed = camp.issued, camp.completed
         c = await camp.recover_and_check()
         rolled += await tb.csr.read("CK_ROLLED_BACK")
-        if point % 4 == 0 and c < BATCHES:
-            await camp.train(c + 1, c + 1)          # the device trains on after recovery
-            camp.check_tables(c + 1)
+        await camp.resume(c)
         survived += 1
         tb.log.info("point %d: crash at +%d cycles, committed %d (completed %d, issued %d)",
-                    point, at, c, camp.completed, camp.issued)
+                    point, at, c, completed, issued)
+    await camp.train(c + 1, c + 1)                  # the device trains on after the last
+    camp.check_tables(c + 1)
     tb.log.info("crash points tried %d, survived %d; %d records rolled back in all",
                 n_points, survived, rolled)
     tb.check_protocol()
