@@ -12,6 +12,14 @@ vectors the IEEE-754 units were checked on (``sim/fpcheck.py``).
 recovery cycles for one uncommitted batch, and a crash campaign's points tried and
 survived (``tb/bench_ckpt.py``, ``tb/test_ckpt.py``).
 
+``system.json``: DLRM training through the whole device (``sim/train.py``,
+``tb/train_dlrm.py``) per workload preset, TrainingCXL against the software baseline on
+the same device and PMEM model, without a power failure: ``speedup_vs_baseline``,
+``energy_saving``, ``cycles_per_iteration`` per mode and ``sim_cycles_per_second``
+(simulated cycles ÷ wall seconds of each cocotb run, set-up included). The presets run
+with :data:`SYSTEM_OVERRIDES` (fewer, smaller batches) so that the benchmark finishes in
+tens of minutes; the overrides are in the JSON.
+
 Figures are measured by cocotb benches on the generated Verilog; nothing here is
 asserted — the tests do that.
 """
@@ -28,7 +36,8 @@ from hw.config import load_config
 from . import toolenv
 from .runner import BUILD, run
 
-__all__ = ["bench_ckpt", "bench_engine", "bench_mem_endpoint", "main"]
+__all__ = ["SYSTEM_OVERRIDES", "bench_ckpt", "bench_engine", "bench_mem_endpoint",
+           "bench_system", "main"]
 
 
 def _measure(testcase: str, config, sim: str, params: dict, seed: int | None, *,
@@ -149,12 +158,64 @@ def bench_ckpt(config_name: str, sim: str, seed: int | None) -> dict:
     }
 
 
+#: Batch size and count per preset for ``system.json`` (tables, dims, pooling and MLPs
+#: stay the preset's): each mode of each preset then simulates in a few minutes.
+SYSTEM_OVERRIDES: dict[str, dict[str, int]] = {
+    "default": {"batch": 8, "batches": 6},
+    "kaggle-like": {"batch": 8, "batches": 3},
+    "multi-hot": {"batch": 4, "batches": 3},
+}
+
+
+def bench_system(config_name: str, sim: str, seed: int | None) -> dict:
+    from .train import main as train_main
+
+    seed = 1 if seed is None else seed
+    t0 = time.monotonic()
+    presets = {}
+    for preset, overrides in SYSTEM_OVERRIDES.items():
+        print(f"  preset {preset} {overrides} ...")
+        prefix = BUILD / "bench" / "raw" / f"system-{preset}-{config_name}-{sim}"
+        argv = ["--preset", preset, "--config", config_name, "--sim", sim, "--seed", str(seed),
+                "--crash-at", "-1", "--batches", str(overrides["batches"]), "--batch",
+                str(overrides["batch"]), "--out", str(prefix)]
+        if train_main(argv) != 0:
+            raise RuntimeError(f"training preset {preset} failed")
+        data = json.loads(prefix.with_name(prefix.name + ".json").read_text())
+        summary = data["summary"]
+        cycles = sum(r["total_cycles"] for r in data["runs"].values())
+        wall = sum(r["wall_seconds"] for r in data["runs"].values())
+        presets[preset] = {
+            "overrides": overrides,
+            "speedup_vs_baseline": round(data["speedup"], 4),
+            "energy_saving": round(data["energy_saving"], 4),
+            "cycles_per_iteration": {m: round(v["cycles_per_iteration"], 1)
+                                     for m, v in summary.items()},
+            "phase_cycles_per_iteration": {m: {k: round(c, 1) for k, c in
+                                               v["phase_cycles_per_iteration"].items()}
+                                           for m, v in summary.items()},
+            "energy_j_per_iteration": {m: v["energy_j"]["total_j"] / v["iterations"]
+                                       for m, v in summary.items()},
+            "tables_identical": data.get("tables_identical", False),
+            "sim_cycles_per_second": round(cycles / wall, 1),
+        }
+    return {
+        "benchmark": "system",
+        "simulator": sim,
+        "config": config_name,
+        "seed": seed,
+        "presets": presets,
+        "paper_reference": {"speedup_vs_baseline": 5.2, "energy_saving": 0.76},
+        "wall_seconds": round(time.monotonic() - t0, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="default")
     parser.add_argument("--sim", default="verilator", choices=toolenv.SIMULATORS)
     parser.add_argument("--seed", type=int)
-    parser.add_argument("--only", choices=("mem_endpoint", "engine", "ckpt"),
+    parser.add_argument("--only", choices=("mem_endpoint", "engine", "ckpt", "system"),
                         help="run one benchmark (default: all)")
     args = parser.parse_args(argv)
     toolenv.setup()
@@ -162,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     benches = {"mem_endpoint": (bench_mem_endpoint, ("sim_speed_runs",)),
                "engine": (bench_engine, ("gather_runs", "update_run", "fp_checks")),
-               "ckpt": (bench_ckpt, ("iteration_runs", "recovery_run", "campaign_run"))}
+               "ckpt": (bench_ckpt, ("iteration_runs", "recovery_run", "campaign_run")),
+               "system": (bench_system, ())}
     for name, (bench, details) in benches.items():
         if args.only and name != args.only:
             continue

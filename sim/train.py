@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -306,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crash-at", type=int, help="power failure this many cycles into "
                         "TrainingCXL training (default: drawn from the seed; negative: none)")
     parser.add_argument("--mode", default="both", choices=("both", *MODES))
+    parser.add_argument("--out", help="path prefix of the JSON and PNG outputs (default: "
+                        "build/sim/train-<preset>-<config>-<sim>)")
     parser.add_argument("--waves", action="store_true")
     parser.add_argument("--verbose", action="store_true", help="show the simulator's log")
     args = parser.parse_args(argv)
@@ -373,11 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         replay += f" --crash-at {result['crash_at']}"
     print(f"replay: {replay} (or make sim CONFIG={config.name} SIM={args.sim} "
           f"SEED={args.seed})")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"train-{args.preset}-{config.name}-{args.sim}.json"
+    prefix = Path(args.out or out_dir / f"train-{args.preset}-{config.name}-{args.sim}")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    path = prefix.with_name(prefix.name + ".json")
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path} ({result['wall_seconds']} s)")
-    for f in plot(result, str(out_dir / f"train-{args.preset}-{config.name}-{args.sim}")):
+    for f in plot(result, str(prefix)):
         print(f"wrote {f}")
     return 0
 
