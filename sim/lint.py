@@ -35,6 +35,7 @@ def standalone_blocks() -> dict:
     name -> zero-argument factory."""
     from hw.arith import UNITS
     from hw.bus.axi_arbiter import AxiArbiter
+    from hw.cxl.cache_agent import CacheAgent
     from hw.engine.bag_sequencer import BagSequencer
     from hw.engine.pool_reduce import PoolReduce
     from hw.engine.row_gather import RowGather
@@ -45,6 +46,7 @@ def standalone_blocks() -> dict:
     blocks["row_gather"] = lambda: RowGather(addr_width=30, id_width=8)
     blocks["bag_sequencer"] = lambda: BagSequencer(addr_width=30, id_width=8)
     blocks["scatter_update"] = lambda: ScatterUpdate(addr_width=30, id_width=8)
+    blocks["cxl_cache_agent"] = CacheAgent
     blocks["axi_arbiter"] = lambda: AxiArbiter(addr_width=30, data_width=512, id_width=8,
                                                priorities=(0, 0, 1))
     return blocks

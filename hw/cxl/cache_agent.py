@@ -1,0 +1,603 @@
+"""CXL.cache agent of the Type-2 device: device-initiated reads and writes of host (GPU)
+memory, and snoop answers for a device that caches nothing.
+
+See :class:`CacheAgent` and ``docs/cxl-cache.md``.
+"""
+
+from __future__ import annotations
+
+import enum as py_enum
+
+from amaranth.hdl import C, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..arith.fp32 import add, sub
+from ..widths import eq_const, zext
+from .messages import (
+    LINE_BITS,
+    D2HData,
+    D2HReq,
+    D2HReqOpcode,
+    D2HRsp,
+    D2HRspOpcode,
+    GoState,
+    H2DData,
+    H2DReq,
+    H2DReqOpcode,
+    H2DRsp,
+    H2DRspOpcode,
+)
+
+__all__ = [
+    "ERR_INFO",
+    "RD_REQ",
+    "RD_RSP",
+    "TAG_BITS",
+    "WR_REQ",
+    "WR_RSP",
+    "CacheAgent",
+    "CacheError",
+    "ReadGo",
+]
+
+#: Width of the user's request tag, echoed with the response.
+TAG_BITS = 16
+
+#: Width of a CQID / UQID (``cxl-reference.md``, "CXL.cache").
+_ID_BITS = 12
+
+#: A read of one line of host memory: ``address`` is the line address Addr[51:6].
+RD_REQ = data.StructLayout({"address": 46, "tag": TAG_BITS})
+
+#: The line read, in request order; ``error`` as :class:`CacheAgent` lists.
+RD_RSP = data.StructLayout({"data": LINE_BITS, "tag": TAG_BITS, "error": 1})
+
+#: A write of one whole line of host memory.
+WR_REQ = data.StructLayout({"address": 46, "data": LINE_BITS, "tag": TAG_BITS})
+
+#: A write's completion, in request order.
+WR_RSP = data.StructLayout({"tag": TAG_BITS, "error": 1})
+
+#: Details of an error (:attr:`CacheAgent.o_err_first`). ``opcode`` is the message's
+#: opcode (zero for H2D Data and for READ_ERROR / WRITE_ERROR); ``id`` the CQID named by
+#: the H2D Rsp / H2D Data or of the request that completed with an error, or the UQID of
+#: the snoop.
+ERR_INFO = data.StructLayout({"code": 3, "opcode": 5, "id": _ID_BITS})
+
+
+class CacheError:
+    """Error kinds: bit positions of ``o_err_set`` / ``o_err_status`` and values of
+    ``ERR_INFO.code``."""
+    RSP_NOT_IN_FLIGHT = 0   # H2D Rsp names a CQID with no request in flight: dropped
+    DATA_NOT_IN_FLIGHT = 1  # H2D Data names no read in flight (free, write or unused CQID)
+    DATA_DUPLICATE = 2      # second H2D Data for one read: dropped, the first one kept
+    RSP_UNEXPECTED = 3      # H2D Rsp the request cannot take (see docs): dropped
+    READ_ERROR = 4          # a read was delivered with ``error`` set
+    WRITE_ERROR = 5         # a write completed with ``error`` set
+    SNOOP_RESERVED = 6      # H2D Req with a reserved opcode (answered RspIHitI anyway)
+    COUNT = 7
+
+
+class ReadGo(py_enum.Enum):
+    """Whether a RdCurr waits for a GO on H2D Rsp besides its H2D Data."""
+    #: Data and GO, in either order (the GO carries the cache state, Error included).
+    REQUIRED = "required"
+    #: Data only, as the CXL 2.0 specification describes RdCurr ("gets a data but no
+    #: GO"); errors then arrive as the H2D Data header's GO-Err or Poison bit. Any H2D
+    #: Rsp naming a read CQID is RSP_UNEXPECTED.
+    NONE = "none"
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_pow2(value) -> bool:
+    return _is_int(value) and value > 0 and value & (value - 1) == 0
+
+
+def _bit(m: Module, vector: Signal, index, name: str):
+    """``vector[index]`` for a signal ``index``, with the shift at full width for lint."""
+    shifted = Signal(len(vector), name=name)
+    m.d.comb += shifted.eq(vector >> index)
+    return shifted[0]
+
+
+class CacheAgent(wiring.Component):
+    """Device side of CXL.cache for a device that caches no host line: RdCurr reads and
+    ItoMWr writes of host memory with many requests in flight, and RspIHitI for every
+    snoop.
+
+    **Reads.** Each ``i_rd`` request (line address, tag) becomes a D2H Req RdCurr whose
+    CQID is the next entry of a ring of ``cqids`` entries, the reorder buffer (ROB): CQID
+    ``k`` in ``0 .. cqids - 1`` is ROB entry ``k``, so the ROB is also the read CQID pool
+    and a CQID is free again once its line has left on ``o_rd``. H2D Data for the CQID
+    is written into the entry (a :class:`~amaranth.lib.memory.Memory` of ``cqids``
+    lines); with ``read_go=ReadGo.REQUIRED`` the entry also waits for a GO on H2D Rsp,
+    which may come before or after the data. Lines leave on ``o_rd`` strictly in request
+    order with the request's tag; ``error`` is set when the data had Poison or GO-Err set
+    or the GO granted Error or a state other than I, S, E (the agent keeps no line, so
+    M or a reserved code is a host error). RdCurr was chosen because it reads the
+    current value without changing any cache state and needs no snoop tracking in the
+    device (``docs/cxl-cache.md``).
+
+    **Writes.** Each ``i_wr`` request (line address, 64 bytes, tag) becomes an ItoMWr
+    (a full-line write that needs no data from the host and leaves no copy in the
+    device) with a CQID from a second ring, ``cqids .. cqids + write_cqids - 1``; the
+    line waits in a buffer of ``write_cqids`` lines. GO_WritePull, or WritePull followed
+    by GO, makes the agent send the line on D2H Data with UQID = the H2D Rsp's RspData
+    (the host names the data buffer it pulls into there; ``docs/cxl-cache.md`` gives
+    this reading of the reference). GO_ERR_WritePull is pulled the same way but
+    completes with ``error``; GO_WritePull_Drop sends nothing and completes with
+    ``error`` (the line was not written). A write completes on ``o_wr`` once its GO has
+    arrived and its data has been sent, in request order.
+
+    **Snoops.** Every H2D Req, whatever its opcode, is answered by a D2H Rsp RspIHitI
+    with the snoop's UQID, one per cycle.
+
+    **Bad input** never stalls the agent and never moves a line to another request: an
+    H2D Rsp or H2D Data that no request in flight can take is dropped and flagged (the
+    :class:`CacheError` kinds). A request the host never answers is never completed;
+    since completion is in order, it holds every later one of its ring (no timeout).
+
+    **Latency** (idle agent, sinks ready): ``i_rd`` / ``i_wr`` handshake in cycle 0,
+    D2H Req valid in cycle 1. The H2D message that completes a read, taken in cycle
+    ``t``, puts the line on ``o_rd`` in cycle ``t + 3``; a write's pull taken in cycle
+    ``t`` puts its D2H Data valid in cycle ``t + 4``; with that line's handshake in
+    cycle ``d`` and the GO taken in cycle ``g``, the completion is valid on ``o_wr`` in
+    cycle ``max(d + 2, g + 3)``. An H2D Req taken in cycle ``t`` is answered in cycle
+    ``t + 1``.
+
+    **Throughput.** One D2H Req per cycle (reads and writes round-robin), one ``o_rd``
+    line and one ``o_wr`` completion per cycle, one snoop answer per cycle. A read holds
+    its CQID from its ``i_rd`` handshake until its line leaves the ROB head, about
+    ``L + 4`` cycles for a host latency ``L`` (D2H Req handshake to the completing H2D
+    message), so a stream of reads sustains ``min(1, cqids / (L + 4))`` lines per cycle
+    (Little's law); ``cqids = 128`` keeps a host latency of 100 cycles at about one line
+    per cycle. Writes likewise reach ``write_cqids / (their round trip)``.
+
+    **Backpressure.** ``i_h2d_rsp`` and ``i_h2d_data`` are always ready (CXL lets H2D
+    Rsp and Data wait only for link credits; no state of the agent can block them).
+    ``i_rd.ready`` / ``i_wr.ready`` are low while the ring is full or the D2H Req
+    register is full and not being taken (so they depend combinationally on
+    ``o_d2h_req.ready``); ``i_h2d_req.ready`` is ``~o_d2h_rsp.valid | o_d2h_rsp.ready``.
+    Every output stream is a register (the line and tag of ``o_rd``, ``o_wr`` and
+    ``o_d2h_data`` are the read registers of their memories) that obeys the stream
+    rules: valid does not wait for ready, valid and payload hold until the transfer.
+
+    **Ordering.** ``o_rd`` follows ``i_rd`` order and ``o_wr`` follows ``i_wr`` order;
+    reads and writes are not ordered with each other. A read requested after a write's
+    ``o_wr`` completion returns that write's line or a later one (the write's data
+    reached the host before the completion); a read requested while a write of its line
+    is in flight may return the old or the new line.
+
+    **Reset** (synchronous ``rst``) frees every CQID and drops every request, line and
+    error record in flight; the host side must be reset with the agent.
+
+    Parameters
+    ----------
+    cqids : int
+        Read CQIDs and ROB lines, a power of two from 2 to 2048 (default 128).
+    write_cqids : int
+        Write CQIDs and write-buffer lines, a power of two from 2 to ``cqids``
+        (default 16).
+    read_go : ReadGo
+        Whether a RdCurr completes on its data alone (:attr:`ReadGo.NONE`) or on data
+        and GO (:attr:`ReadGo.REQUIRED`, the default).
+
+    Members
+    -------
+    i_rd : ``In(stream.Signature(RD_REQ))``
+        Read requests.
+    o_rd : ``Out(stream.Signature(RD_RSP))``
+        Lines read, in ``i_rd`` order.
+    i_wr : ``In(stream.Signature(WR_REQ))``
+        Write requests.
+    o_wr : ``Out(stream.Signature(WR_RSP))``
+        Write completions, in ``i_wr`` order.
+    o_d2h_req, o_d2h_rsp, o_d2h_data : ``Out(stream.Signature(D2HReq / D2HRsp / D2HData))``
+        D2H channels (``hw.cxl.messages`` layouts). NT, ChunkValid, Bogus, Poison and
+        every reserved field are zero.
+    i_h2d_req, i_h2d_rsp, i_h2d_data : ``In(stream.Signature(H2DReq / H2DRsp / H2DData))``
+        H2D channels.
+    o_err_set : ``Out(CacheError.COUNT)``
+        One-cycle pulse per error kind, registered: one cycle after the H2D message was
+        processed (two after its handshake), the line was delivered or the snoop taken.
+    o_err_status : ``Out(CacheError.COUNT)``
+        Sticky ``o_err_set`` (rises with it); bits written in ``i_err_clear`` clear,
+        a new error wins over a clear in the same cycle.
+    i_err_clear : ``In(CacheError.COUNT)``
+        Write-1-to-clear for ``o_err_status``.
+    o_err_first : ``Out(ERR_INFO)``
+        The first error since ``o_err_status`` was last all zero (the lowest kind when
+        several come at once); meaningful while ``o_err_status`` is non-zero.
+    o_rd_inflight, o_wr_inflight : ``Out(range(cqids + 1))``, ``Out(range(write_cqids + 1))``
+        CQIDs of each ring in use.
+    o_busy : ``Out(1)``
+        A request, message or answer is anywhere in the agent.
+
+    Raises
+    ------
+    ValueError
+        If a parameter is out of its range or of the wrong type.
+    """
+
+    def __init__(self, *, cqids: int = 128, write_cqids: int = 16,
+                 read_go: ReadGo = ReadGo.REQUIRED):
+        if not _is_pow2(cqids) or not 2 <= cqids <= 2048:
+            raise ValueError(f"cqids must be a power of two from 2 to 2048, not {cqids!r}")
+        if not _is_pow2(write_cqids) or not 2 <= write_cqids <= cqids:
+            raise ValueError(f"write_cqids must be a power of two from 2 to cqids ({cqids}), "
+                             f"not {write_cqids!r}")
+        if not isinstance(read_go, ReadGo):
+            raise ValueError(f"read_go must be a ReadGo, not {read_go!r}")
+        self._cqids = cqids
+        self._write_cqids = write_cqids
+        self._read_go = read_go
+        super().__init__({
+            "i_rd": In(stream.Signature(RD_REQ)),
+            "o_rd": Out(stream.Signature(RD_RSP)),
+            "i_wr": In(stream.Signature(WR_REQ)),
+            "o_wr": Out(stream.Signature(WR_RSP)),
+            "o_d2h_req": Out(stream.Signature(D2HReq)),
+            "o_d2h_rsp": Out(stream.Signature(D2HRsp)),
+            "o_d2h_data": Out(stream.Signature(D2HData)),
+            "i_h2d_req": In(stream.Signature(H2DReq)),
+            "i_h2d_rsp": In(stream.Signature(H2DRsp)),
+            "i_h2d_data": In(stream.Signature(H2DData)),
+            "o_err_set": Out(CacheError.COUNT),
+            "o_err_status": Out(CacheError.COUNT),
+            "i_err_clear": In(CacheError.COUNT),
+            "o_err_first": Out(ERR_INFO),
+            "o_rd_inflight": Out(range(cqids + 1)),
+            "o_wr_inflight": Out(range(write_cqids + 1)),
+            "o_busy": Out(1),
+        })
+
+    @property
+    def cqids(self) -> int:
+        return self._cqids
+
+    @property
+    def write_cqids(self) -> int:
+        return self._write_cqids
+
+    @property
+    def read_go(self) -> ReadGo:
+        return self._read_go
+
+    @property
+    def write_cqid_base(self) -> int:
+        """The first write CQID (write ``k`` of the ring uses ``write_cqid_base + k``)."""
+        return self._cqids
+
+    def elaborate(self, platform):
+        m = Module()
+        n_rd, n_wr = self._cqids, self._write_cqids
+        kr = n_rd.bit_length() - 1      # read ring index bits
+        kw = n_wr.bit_length() - 1      # write ring index bits
+        need_go = self._read_go is ReadGo.REQUIRED
+
+        # --- state -----------------------------------------------------------------------
+        # Read ring: entry k is CQID k. Pointers carry one wrap bit.
+        r_tail, r_head = Signal(kr + 1), Signal(kr + 1)
+        r_busy = Signal(n_rd)           # issued, line not yet delivered
+        r_data = Signal(n_rd)           # H2D Data arrived
+        r_go = Signal(n_rd)             # GO arrived
+        r_err = Signal(n_rd)            # deliver with error
+        m.submodules.rob = rob = Memory(shape=LINE_BITS, depth=n_rd, init=[])
+        m.submodules.rd_tags = rd_tags = Memory(shape=TAG_BITS, depth=n_rd, init=[])
+        # Read ports not transparent: the head reads an entry only after its line and tag
+        # were written in earlier cycles, and a stalled output keeps its read register
+        # even when the entry is reissued and rewritten meanwhile.
+        rob_wr, rob_rd = rob.write_port(), rob.read_port(transparent_for=())
+        rtag_wr, rtag_rd = rd_tags.write_port(), rd_tags.read_port(transparent_for=())
+
+        # Write ring: entry k is CQID cqids + k.
+        w_tail, w_head = Signal(kw + 1), Signal(kw + 1)
+        w_busy = Signal(n_wr)
+        w_go = Signal(n_wr)             # GO part of a response arrived
+        w_pull = Signal(n_wr)           # pull (or drop) arrived: no further pull accepted
+        w_sent = Signal(n_wr)           # D2H Data sent (or nothing to send)
+        w_err = Signal(n_wr)
+        m.submodules.wbuf = wbuf = Memory(shape=LINE_BITS, depth=n_wr, init=[])
+        m.submodules.wr_tags = wr_tags = Memory(shape=TAG_BITS, depth=n_wr, init=[])
+        wbuf_wr, wbuf_rd = wbuf.write_port(), wbuf.read_port(transparent_for=())
+        wtag_wr, wtag_rd = wr_tags.write_port(), wr_tags.read_port(transparent_for=())
+        # Pulled writes waiting to send their line: (ring index, UQID). Each entry of the
+        # ring is pulled at most once while it is busy, so the FIFO cannot overflow.
+        pull_layout = data.StructLayout({"idx": kw, "uqid": _ID_BITS})
+        m.submodules.pulls = pulls = SyncFIFOBuffered(width=pull_layout.size,
+                                                      depth=max(n_wr, 3))
+
+        r_used = Signal(kr + 1)
+        w_used = Signal(kw + 1)
+        m.d.comb += [
+            r_used.eq(sub(r_tail, r_head, kr + 1)),
+            w_used.eq(sub(w_tail, w_head, kw + 1)),
+            self.o_rd_inflight.eq(r_used),
+            self.o_wr_inflight.eq(w_used),
+        ]
+
+        err = Signal(CacheError.COUNT)  # this cycle's errors (registered onto o_err_set)
+        info = {}                       # kind -> (opcode, id) of this cycle's error
+
+        # --- H2D Rsp: registered, then checked against the request it names ---------------
+        hr = self.i_h2d_rsp
+        s_rv = Signal()
+        s_rsp = Signal(H2DRsp)
+        m.d.comb += hr.ready.eq(1)
+        m.d.sync += s_rv.eq(hr.valid)
+        with m.If(hr.valid):
+            m.d.sync += s_rsp.eq(hr.payload)
+        cq = s_rsp.cqid
+        op = s_rsp.opcode
+        is_op = {o: eq_const(op, o.value) for o in H2DRspOpcode}
+        state = s_rsp.rsp_data
+        # The agent keeps no line: a clean state may be granted and silently dropped.
+        state_ok = (eq_const(state, GoState.I.value) | eq_const(state, GoState.S.value) |
+                    eq_const(state, GoState.E.value))
+        rsp_rd_idx = cq[:kr]
+        rsp_wr_idx = cq[:kw]
+        rsp_is_rd = ~cq[kr:].any()
+        rsp_is_wr = eq_const(cq[kw:], n_rd >> kw)
+
+        rd_hit = s_rv & rsp_is_rd & _bit(m, r_busy, rsp_rd_idx, "rsp_r_busy")
+        rd_go_ok = Signal()
+        if need_go:
+            m.d.comb += rd_go_ok.eq(rd_hit & is_op[H2DRspOpcode.GO] &
+                                    ~_bit(m, r_go, rsp_rd_idx, "rsp_r_go"))
+        else:
+            m.d.comb += rd_go_ok.eq(0)     # every H2D Rsp for a read is unexpected
+        wr_hit = s_rv & rsp_is_wr & _bit(m, w_busy, rsp_wr_idx, "rsp_w_busy")
+        has_go = (is_op[H2DRspOpcode.GO] | is_op[H2DRspOpcode.GO_WritePull] |
+                  is_op[H2DRspOpcode.GO_ERR_WritePull] | is_op[H2DRspOpcode.GO_WritePull_Drop])
+        has_pull = (is_op[H2DRspOpcode.WritePull] | is_op[H2DRspOpcode.GO_WritePull] |
+                    is_op[H2DRspOpcode.GO_ERR_WritePull])
+        is_drop = is_op[H2DRspOpcode.GO_WritePull_Drop]
+        wr_conflict = ((has_go & _bit(m, w_go, rsp_wr_idx, "rsp_w_go")) |
+                       ((has_pull | is_drop) & _bit(m, w_pull, rsp_wr_idx, "rsp_w_pull")))
+        wr_ok = Signal()
+        m.d.comb += wr_ok.eq(wr_hit & (has_go | has_pull) & ~wr_conflict)
+        wr_bad = (is_op[H2DRspOpcode.GO_ERR_WritePull] | is_drop |
+                  (is_op[H2DRspOpcode.GO] & ~state_ok))
+
+        pull_in = pull_layout(pulls.w_data)
+        m.d.comb += [
+            pulls.w_en.eq(wr_ok & has_pull),
+            pull_in.idx.eq(rsp_wr_idx),
+            pull_in.uqid.eq(state),     # RspData holds the UQID for the pull types
+            err[CacheError.RSP_NOT_IN_FLIGHT].eq(s_rv & ~rd_hit & ~wr_hit),
+            err[CacheError.RSP_UNEXPECTED].eq((rd_hit & ~rd_go_ok) | (wr_hit & ~wr_ok)),
+        ]
+        info[CacheError.RSP_NOT_IN_FLIGHT] = info[CacheError.RSP_UNEXPECTED] = (zext(op, 5), cq)
+        if need_go:
+            with m.If(rd_go_ok):
+                m.d.sync += r_go.bit_select(rsp_rd_idx, 1).eq(1)
+                with m.If(~state_ok):
+                    m.d.sync += r_err.bit_select(rsp_rd_idx, 1).eq(1)
+        with m.If(wr_ok):
+            with m.If(has_go):
+                m.d.sync += w_go.bit_select(rsp_wr_idx, 1).eq(1)
+            with m.If(has_pull | is_drop):
+                m.d.sync += w_pull.bit_select(rsp_wr_idx, 1).eq(1)
+            with m.If(is_drop):
+                m.d.sync += w_sent.bit_select(rsp_wr_idx, 1).eq(1)
+            with m.If(wr_bad):
+                m.d.sync += w_err.bit_select(rsp_wr_idx, 1).eq(1)
+
+        # --- H2D Data: registered, then written into the ROB entry of its CQID ------------
+        hd = self.i_h2d_data
+        s_dv = Signal()
+        s_data = Signal(H2DData)
+        m.d.comb += hd.ready.eq(1)
+        m.d.sync += s_dv.eq(hd.valid)
+        with m.If(hd.valid):
+            m.d.sync += s_data.eq(hd.payload)
+        dcq = s_data.cqid
+        d_idx = dcq[:kr]
+        d_hit = s_dv & ~dcq[kr:].any() & _bit(m, r_busy, d_idx, "data_r_busy")
+        d_dup = _bit(m, r_data, d_idx, "data_r_data")
+        d_first = Signal()
+        m.d.comb += [
+            d_first.eq(d_hit & ~d_dup),
+            rob_wr.en.eq(d_first),
+            rob_wr.addr.eq(d_idx),
+            rob_wr.data.eq(s_data.data),
+            err[CacheError.DATA_NOT_IN_FLIGHT].eq(s_dv & ~d_hit),
+            err[CacheError.DATA_DUPLICATE].eq(d_hit & d_dup),
+        ]
+        info[CacheError.DATA_NOT_IN_FLIGHT] = info[CacheError.DATA_DUPLICATE] = (C(0, 5), dcq)
+        with m.If(d_first):
+            m.d.sync += r_data.bit_select(d_idx, 1).eq(1)
+            with m.If(s_data.poison | s_data.go_err):
+                m.d.sync += r_err.bit_select(d_idx, 1).eq(1)
+
+        # --- ROB head -> o_rd, in request order -------------------------------------------
+        o_rd = self.o_rd
+        r_slot = r_head[:kr]
+        r_ready = Signal()
+        r_deliver = Signal()
+        rd_error = Signal()             # error flag of the line in the output register
+        head_err = _bit(m, r_err, r_slot, "head_r_err")
+        m.d.comb += r_ready.eq(_bit(m, r_busy, r_slot, "head_r_busy") &
+                               _bit(m, r_data, r_slot, "head_r_data"))
+        if need_go:
+            r_ready = r_ready & _bit(m, r_go, r_slot, "head_r_go")
+        r_advance = ~o_rd.valid | o_rd.ready
+        m.d.comb += [
+            r_deliver.eq(r_advance & r_ready),
+            rob_rd.addr.eq(r_slot),
+            rob_rd.en.eq(r_advance),
+            rtag_rd.addr.eq(r_slot),
+            rtag_rd.en.eq(r_advance),
+            o_rd.p.data.eq(rob_rd.data),
+            o_rd.p.tag.eq(rtag_rd.data),
+            o_rd.p.error.eq(rd_error),
+            err[CacheError.READ_ERROR].eq(r_deliver & head_err),
+        ]
+        info[CacheError.READ_ERROR] = (C(0, 5), zext(r_slot, _ID_BITS))
+        with m.If(r_advance):
+            m.d.sync += o_rd.valid.eq(r_ready)
+        with m.If(r_deliver):
+            m.d.sync += [
+                rd_error.eq(head_err),
+                r_head.eq(add(r_head, 1, kr + 1)),
+                r_busy.bit_select(r_slot, 1).eq(0),
+            ]
+
+        # --- pulled lines -> D2H Data -----------------------------------------------------
+        dd = self.o_d2h_data
+        pull_out = pull_layout(pulls.r_data)
+        d_advance = ~dd.valid | dd.ready
+        d_uqid = Signal(_ID_BITS)
+        d_idx_out = Signal(kw)          # ring index of the line in the output register
+        m.d.comb += [
+            pulls.r_en.eq(d_advance),
+            wbuf_rd.addr.eq(pull_out.idx),
+            wbuf_rd.en.eq(d_advance),
+            dd.p.uqid.eq(d_uqid),
+            dd.p.data.eq(wbuf_rd.data),
+        ]
+        with m.If(d_advance):
+            m.d.sync += dd.valid.eq(pulls.r_rdy)
+            with m.If(pulls.r_rdy):
+                m.d.sync += [d_uqid.eq(pull_out.uqid), d_idx_out.eq(pull_out.idx)]
+        with m.If(dd.valid & dd.ready):
+            m.d.sync += w_sent.bit_select(d_idx_out, 1).eq(1)
+
+        # --- write ring head -> o_wr, in request order ------------------------------------
+        o_wr = self.o_wr
+        w_slot = w_head[:kw]
+        w_ready = Signal()
+        w_done = Signal()
+        wr_error = Signal()
+        whead_err = _bit(m, w_err, w_slot, "head_w_err")
+        m.d.comb += w_ready.eq(_bit(m, w_busy, w_slot, "head_w_busy") &
+                               _bit(m, w_go, w_slot, "head_w_go") &
+                               _bit(m, w_sent, w_slot, "head_w_sent"))
+        w_advance = ~o_wr.valid | o_wr.ready
+        m.d.comb += [
+            w_done.eq(w_advance & w_ready),
+            wtag_rd.addr.eq(w_slot),
+            wtag_rd.en.eq(w_advance),
+            o_wr.p.tag.eq(wtag_rd.data),
+            o_wr.p.error.eq(wr_error),
+            err[CacheError.WRITE_ERROR].eq(w_done & whead_err),
+        ]
+        info[CacheError.WRITE_ERROR] = (C(0, 5), Const(n_rd, _ID_BITS) | zext(w_slot, _ID_BITS))
+        with m.If(w_advance):
+            m.d.sync += o_wr.valid.eq(w_ready)
+        with m.If(w_done):
+            m.d.sync += [
+                wr_error.eq(whead_err),
+                w_head.eq(add(w_head, 1, kw + 1)),
+                w_busy.bit_select(w_slot, 1).eq(0),
+            ]
+
+        # --- issue: i_rd / i_wr -> D2H Req (round-robin), allocating ring entries ---------
+        # After the updates above, so that a new request's clears win (an entry is only
+        # reissued once free, so nothing else touches it in that cycle anyway).
+        req = self.o_d2h_req
+        i_rd, i_wr = self.i_rd, self.i_wr
+        req_free = ~req.valid | req.ready
+        rd_can = i_rd.valid & ~r_used[kr] & req_free
+        wr_can = i_wr.valid & ~w_used[kw] & req_free
+        prefer_wr = Signal()
+        take_rd = Signal()
+        take_wr = Signal()
+        m.d.comb += [
+            take_rd.eq(rd_can & (~wr_can | ~prefer_wr)),
+            take_wr.eq(wr_can & (~rd_can | prefer_wr)),
+            i_rd.ready.eq(take_rd),
+            i_wr.ready.eq(take_wr),
+        ]
+        r_new = r_tail[:kr]
+        w_new = w_tail[:kw]
+        m.d.comb += [
+            rtag_wr.en.eq(take_rd),
+            rtag_wr.addr.eq(r_new),
+            rtag_wr.data.eq(i_rd.p.tag),
+            wbuf_wr.en.eq(take_wr),
+            wbuf_wr.addr.eq(w_new),
+            wbuf_wr.data.eq(i_wr.p.data),
+            wtag_wr.en.eq(take_wr),
+            wtag_wr.addr.eq(w_new),
+            wtag_wr.data.eq(i_wr.p.tag),
+        ]
+        with m.If(take_rd):
+            m.d.sync += [
+                prefer_wr.eq(1),
+                req.valid.eq(1),
+                req.p.opcode.eq(D2HReqOpcode.RdCurr.value),
+                req.p.cqid.eq(zext(r_new, _ID_BITS)),
+                req.p.address.eq(i_rd.p.address),
+                r_tail.eq(add(r_tail, 1, kr + 1)),
+                r_busy.bit_select(r_new, 1).eq(1),
+                r_data.bit_select(r_new, 1).eq(0),
+                r_go.bit_select(r_new, 1).eq(0),
+                r_err.bit_select(r_new, 1).eq(0),
+            ]
+        with m.Elif(take_wr):
+            m.d.sync += [
+                prefer_wr.eq(0),
+                req.valid.eq(1),
+                req.p.opcode.eq(D2HReqOpcode.ItoMWr.value),
+                req.p.cqid.eq(Const(n_rd, _ID_BITS) | zext(w_new, _ID_BITS)),
+                req.p.address.eq(i_wr.p.address),
+                w_tail.eq(add(w_tail, 1, kw + 1)),
+                w_busy.bit_select(w_new, 1).eq(1),
+                w_go.bit_select(w_new, 1).eq(0),
+                w_pull.bit_select(w_new, 1).eq(0),
+                w_sent.bit_select(w_new, 1).eq(0),
+                w_err.bit_select(w_new, 1).eq(0),
+            ]
+        with m.Elif(req.ready):
+            m.d.sync += req.valid.eq(0)
+
+        # --- snoops: every H2D Req answered RspIHitI ---------------------------------------
+        snp, srsp = self.i_h2d_req, self.o_d2h_rsp
+        snp_take = Signal()
+        snp_ok = (eq_const(snp.p.opcode, H2DReqOpcode.SnpData.value) |
+                  eq_const(snp.p.opcode, H2DReqOpcode.SnpInv.value) |
+                  eq_const(snp.p.opcode, H2DReqOpcode.SnpCur.value))
+        m.d.comb += [
+            snp.ready.eq(~srsp.valid | srsp.ready),
+            snp_take.eq(snp.valid & snp.ready),
+            err[CacheError.SNOOP_RESERVED].eq(snp_take & ~snp_ok),
+        ]
+        info[CacheError.SNOOP_RESERVED] = (zext(snp.p.opcode, 5), snp.p.uqid)
+        with m.If(snp.ready):
+            m.d.sync += srsp.valid.eq(snp.valid)
+        with m.If(snp_take):
+            m.d.sync += [
+                srsp.p.opcode.eq(D2HRspOpcode.RspIHitI.value),
+                srsp.p.uqid.eq(snp.p.uqid),
+            ]
+
+        # --- errors ------------------------------------------------------------------------
+        # The lowest kind raised this cycle names the error recorded as the first one.
+        now = Signal(ERR_INFO)
+        pick_code, pick_op, pick_id = C(0, 3), C(0, 5), C(0, _ID_BITS)
+        for kind in reversed(range(CacheError.COUNT)):
+            opcode, ident = info[kind]
+            pick_code = Mux(err[kind], C(kind, 3), pick_code)
+            pick_op = Mux(err[kind], opcode, pick_op)
+            pick_id = Mux(err[kind], ident, pick_id)
+        m.d.comb += [now.code.eq(pick_code), now.opcode.eq(pick_op), now.id.eq(pick_id)]
+        kept = Signal(CacheError.COUNT)
+        m.d.comb += kept.eq(self.o_err_status & ~self.i_err_clear)
+        m.d.sync += [
+            self.o_err_set.eq(err),
+            self.o_err_status.eq(kept | err),
+        ]
+        with m.If(~kept.any() & err.any()):
+            m.d.sync += self.o_err_first.eq(now)
+
+        m.d.comb += self.o_busy.eq(r_used.any() | w_used.any() | s_rv | s_dv | o_rd.valid |
+                                   o_wr.valid | req.valid | dd.valid | srsp.valid |
+                                   pulls.r_rdy)
+        return m

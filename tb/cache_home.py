@@ -1,0 +1,523 @@
+"""Home agent for GPU memory on CXL.cache, and a coherence checker (plain Python, no
+simulator import, so Amaranth-simulator and cocotb benches can both drive it).
+
+:class:`CacheHome` answers the device's D2H requests the way ``docs/cxl-cache.md``
+describes (``shared/cxl-reference.md``, "CXL.cache"):
+
+* **RdCurr**: H2D Data with the line, plus a GO (state I) on H2D Rsp when
+  ``HomeTiming.read_go``; data and GO are scheduled independently, so either may come
+  first. The line is sampled when the request is accepted: that is the read's place in
+  the home's order.
+* **ItoMWr**: GO_WritePull, or (with probability ``split_writes``) WritePull followed by
+  a GO once the data has arrived. RspData of a pull carries a UQID from the home's pool;
+  the device's D2H Data must name it. The line is written when the data arrives, which
+  is the write's place in the home's order.
+* **Snoops** (:meth:`CacheHome.snoop`): H2D Req with a fresh UQID; every D2H Rsp must
+  name an outstanding snoop.
+
+Each message gets a due cycle (latency plus ``0 .. jitter``); per channel the oldest due
+message goes first, or a random due one with ``reorder``. Faults (poisoned data, GO-Err,
+GO with state Error, duplicates, pulls of the wrong kind, ...) are chosen per request by
+a ``faults`` callable; :data:`READ_FAULTS` and :data:`WRITE_FAULTS` list them. Any
+protocol violation by the device raises :class:`HomeProtocolError` at once.
+
+The bench drives the model once per cycle ``t`` with plain method calls: ``d2h(...)``
+for each D2H transfer of the cycle, ``offer(channel, t)`` for what to present on an H2D
+channel (the same message until :meth:`CacheHome.take`), ``take(channel, t)`` for each
+H2D transfer.
+
+:class:`CoherenceChecker` checks what a device without a cache can get wrong, in the
+terms of the user of the agent: a read returns a value that the line held in the home's
+order at or after the newest write of that line completed before the read was issued,
+and a write is in the home when the device reports it complete.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hw.cxl.messages import (
+    D2HReqOpcode,
+    D2HRspOpcode,
+    GoState,
+    H2DReqOpcode,
+    H2DRspOpcode,
+)
+
+__all__ = [
+    "CHANNELS",
+    "ERROR_FAULTS",
+    "READ_FAULTS",
+    "UQIDS",
+    "WRITE_FAULTS",
+    "CacheHome",
+    "CoherenceChecker",
+    "HomeProtocolError",
+    "HomeTiming",
+    "Txn",
+    "background_line",
+]
+
+#: UQIDs the home hands out (12 bits).
+UQIDS = 1 << 12
+
+#: H2D channels, as :meth:`CacheHome.offer` names them.
+CHANNELS = ("req", "rsp", "data")
+
+#: Read faults: ``poison`` / ``go_err``: H2D Data with Poison / GO-Err set; ``go_error`` /
+#: ``go_modified``: the GO grants Error / M (``read_go`` only); and at most one of the
+#: structural ones, whose extra message the home orders before the read can complete:
+#: ``dup_data``: the data, a second H2D Data with every bit inverted, then the GO
+#: (``read_go`` only); ``dup_go``: an extra GO
+#: (with ``read_go`` a second GO, without it a stray one), then the data;
+#: ``write_pull``: a WritePull naming the read, then data and GO.
+READ_FAULTS = ("poison", "go_err", "go_error", "go_modified", "dup_data", "dup_go",
+               "write_pull")
+
+#: Write faults, at most one per write: ``go_err_writepull``: GO_ERR_WritePull (the data
+#: is pulled and dropped); ``drop``: GO_WritePull_Drop (no data); ``go_error``:
+#: WritePull, then GO with state Error after the data; ``dup_pull``: WritePull twice,
+#: then GO after the data and the second pull; ``ext_cmp``: an ExtCmp before the
+#: GO_WritePull.
+WRITE_FAULTS = ("go_err_writepull", "drop", "go_error", "dup_pull", "ext_cmp")
+
+#: Faults after which the device must report the request with its error flag.
+ERROR_FAULTS = frozenset({"poison", "go_err", "go_error", "go_modified", "go_err_writepull",
+                          "drop"})
+
+_LINE_MASK = (1 << 512) - 1
+_READ_STRUCTURAL = ("dup_data", "dup_go", "write_pull")
+
+
+class HomeProtocolError(Exception):
+    """The device broke a CXL.cache rule that the home checks."""
+
+
+def background_line(line: int) -> int:
+    """The value of a line never written: a fixed pseudo-random function of its address."""
+    x = (line * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & ((1 << 64) - 1)
+    value = 0
+    for _ in range(8):
+        x ^= x >> 30
+        x = (x * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
+        x ^= x >> 27
+        x = (x * 0x94D049BB133111EB) & ((1 << 64) - 1)
+        x ^= x >> 31
+        value = (value << 64) | x
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class HomeTiming:
+    """Timing and flow choices of :class:`CacheHome` (cycles of the device clock).
+
+    Parameters
+    ----------
+    read_latency:
+        RdCurr accepted to its H2D Data (and GO) due.
+    write_latency:
+        ItoMWr accepted to its pull due.
+    go_after_data:
+        WritePull flow: D2H Data received to the GO due.
+    jitter:
+        Extra 0 .. ``jitter`` cycles drawn per message.
+    reorder:
+        Among due messages of a channel, pick a random one (else the oldest due).
+    split_writes:
+        Probability of WritePull + GO instead of GO_WritePull.
+    read_go:
+        Send a GO for each RdCurr (the agent's ``ReadGo.REQUIRED``).
+    """
+
+    read_latency: int = 100
+    write_latency: int = 20
+    go_after_data: int = 2
+    jitter: int = 0
+    reorder: bool = False
+    split_writes: float = 0.0
+    read_go: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("read_latency", "write_latency", "go_after_data", "jitter"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
+        if not 0.0 <= self.split_writes <= 1.0:
+            raise ValueError(f"split_writes must be a probability, not {self.split_writes!r}")
+
+
+@dataclass
+class Txn:
+    """One D2H request as the home saw it."""
+
+    kind: str                   # "read" / "write"
+    seq: int                    # index among requests of its kind, in acceptance order
+    cqid: int
+    line: int
+    t_req: int
+    faults: frozenset[str]
+    value: int | None = None    # read: the line sent; write: the line received
+    uqid: int | None = None     # write: the UQID of its pull
+    t_data: int | None = None   # read: data taken; write: D2H Data received
+    t_go: int | None = None     # the GO (or the GO part of GO_*WritePull) taken
+    open_msgs: int = 0          # messages of this request not yet taken
+    wants_data: bool = False    # write: D2H Data still expected
+    split: bool = False         # write: WritePull, then GO after the data
+    gate: _Msg | None = None    # write: the message its GO waits for
+    done: bool = False
+
+    @property
+    def expect_error(self) -> bool:
+        """The device must complete this request with its error flag set."""
+        return bool(self.faults & ERROR_FAULTS)
+
+
+@dataclass(eq=False)
+class _Msg:
+    channel: str
+    fields: dict
+    due: int
+    seq: int
+    txn: Txn | None = None
+    role: str = ""              # "data", "go", "pull", "snoop", "extra", "raw"
+    after: _Msg | None = None   # not offered before this one was taken
+    taken: int | None = None
+
+
+@dataclass
+class CacheHome:
+    """Home agent for GPU memory: see the module docstring.
+
+    ``faults(txn)`` returns the fault names for a new request (default: none); it may
+    look at ``txn.kind``, ``txn.seq``, ``txn.cqid`` and ``txn.line``.
+    """
+
+    timing: HomeTiming = field(default_factory=HomeTiming)
+    rng: random.Random = field(default_factory=random.Random)
+    faults: Callable[[Txn], frozenset[str] | set[str]] | None = None
+
+    def __post_init__(self) -> None:
+        self.mem: dict[int, int] = {}
+        #: Per line: ``(cycle, value)`` in the home's order; the first entry (cycle -1)
+        #: is the line's value before any write.
+        self.history: dict[int, list[tuple[int, int]]] = {}
+        self.reads: list[Txn] = []
+        self.writes: list[Txn] = []
+        #: Every transfer on the six channels: ``(cycle, channel, fields)``.
+        self.log: list[tuple[int, str, dict]] = []
+        #: Snoops sent (those lost to a reset not counted) and answered.
+        self.snoops_sent = 0
+        self.snoops_answered = 0
+        self._snoops: dict[int, tuple[int, int]] = {}   # UQID -> (cycle, opcode)
+        self.reset()
+
+    # --- state --------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget everything in flight (memory and history stay): the device was reset."""
+        self._open: dict[int, Txn] = {}                 # CQID -> request in flight
+        self._pulls: dict[int, Txn] = {}                # UQID -> write awaiting its data
+        self.snoops_sent -= len(self._snoops)
+        self._snoops = {}
+        self._free_uqids = deque(range(UQIDS))
+        self._pending: dict[str, list[_Msg]] = {c: [] for c in CHANNELS}
+        self._offered: dict[str, _Msg | None] = dict.fromkeys(CHANNELS)
+        self._seq = 0
+
+    def read_line(self, line: int) -> int:
+        if line not in self.mem:
+            self.mem[line] = background_line(line)
+            self.history[line] = [(-1, self.mem[line])]
+        return self.mem[line]
+
+    def idle(self) -> bool:
+        """Nothing in flight: no open request, no message to send, no snoop unanswered."""
+        return (not self._open and not self._snoops and not self._pulls
+                and not any(self._pending.values()) and not any(self._offered.values()))
+
+    def outstanding(self) -> str:
+        """What keeps the home from being idle, for hang messages."""
+        parts = [f"{t.kind} cqid {t.cqid} (seq {t.seq}, open msgs {t.open_msgs}, wants data "
+                 f"{t.wants_data})" for t in list(self._open.values())[:5]]
+        parts += [f"{c}: {len(v)} pending" for c, v in self._pending.items() if v]
+        if self._snoops:
+            parts.append(f"{len(self._snoops)} snoops unanswered")
+        return "; ".join(parts) or "nothing"
+
+    # --- scheduling -----------------------------------------------------------------------
+    def _delay(self, base: int) -> int:
+        return base + (self.rng.randint(0, self.timing.jitter) if self.timing.jitter else 0)
+
+    def _send(self, channel: str, fields: dict, due: int, *, txn: Txn | None = None,
+              role: str = "", after: _Msg | None = None) -> _Msg:
+        msg = _Msg(channel, fields, due, self._seq, txn, role, after)
+        self._seq += 1
+        bisect.insort(self._pending[channel], msg, key=lambda m: (m.due, m.seq))
+        if txn is not None:
+            txn.open_msgs += 1
+        return msg
+
+    def _uqid(self) -> int:
+        if not self._free_uqids:
+            raise HomeProtocolError("home ran out of UQIDs")
+        return self._free_uqids.popleft()
+
+    def offer(self, channel: str, t: int) -> dict | None:
+        """The message to present on H2D ``channel`` in cycle ``t``, or None. Once a
+        message is returned it is returned again until :meth:`take`; it must then be
+        presented every cycle (stream rule)."""
+        if self._offered[channel] is not None:
+            return self._offered[channel].fields
+        pending = self._pending[channel]
+        ready = []
+        for msg in pending:
+            if msg.due > t:
+                break
+            if msg.after is None or (msg.after.taken is not None and msg.after.taken < t):
+                ready.append(msg)
+                if not self.timing.reorder:
+                    break
+        if not ready:
+            return None
+        msg = self.rng.choice(ready) if self.timing.reorder else ready[0]
+        pending.remove(msg)
+        self._offered[channel] = msg
+        return msg.fields
+
+    def take(self, channel: str, t: int) -> None:
+        """The message offered on ``channel`` was transferred at cycle ``t``."""
+        msg = self._offered[channel]
+        if msg is None:
+            raise HomeProtocolError(f"H2D {channel}: transfer with nothing offered")
+        self._offered[channel] = None
+        msg.taken = t
+        self.log.append((t, f"h2d_{channel}", msg.fields))
+        txn = msg.txn
+        if txn is None:
+            return
+        if msg.role == "data" and txn.t_data is None:
+            txn.t_data = t
+        if msg.role == "go" and txn.t_go is None:
+            txn.t_go = t
+        if msg.role == "drop":
+            txn.t_go = t
+            self._free_uqids.append(msg.fields["rsp_data"])
+        txn.open_msgs -= 1
+        self._maybe_close(txn)
+
+    def _maybe_close(self, txn: Txn) -> None:
+        if txn.open_msgs == 0 and not txn.wants_data and not txn.done:
+            txn.done = True
+            del self._open[txn.cqid]
+
+    # --- D2H: the device's transfers --------------------------------------------------------
+    def d2h(self, channel: str, t: int, fields: dict) -> None:
+        """A transfer on D2H ``channel`` ("req", "rsp", "data") at cycle ``t``."""
+        self.log.append((t, f"d2h_{channel}", fields))
+        getattr(self, f"_d2h_{channel}")(t, fields)
+
+    def _d2h_req(self, t: int, f: dict) -> None:
+        cqid, line, op = f["cqid"], f["address"], f["opcode"]
+        if f.get("nt", 0) or f.get("rsvd0", 0) or f.get("rsvd1", 0):
+            raise HomeProtocolError(f"D2H Req at {t}: NT or reserved bits set: {f}")
+        if cqid in self._open:
+            old = self._open[cqid]
+            raise HomeProtocolError(f"D2H Req at {t}: CQID {cqid} reused while {old.kind} "
+                                    f"seq {old.seq} is in flight")
+        timing = self.timing
+        if op == D2HReqOpcode.RdCurr.value:
+            txn = Txn("read", len(self.reads), cqid, line, t, frozenset())
+            txn.faults = frozenset(self.faults(txn)) if self.faults else frozenset()
+            self._check_faults(txn, READ_FAULTS)
+            self.reads.append(txn)
+            self._open[cqid] = txn
+            self._read(txn, t)
+        elif op == D2HReqOpcode.ItoMWr.value:
+            txn = Txn("write", len(self.writes), cqid, line, t, frozenset())
+            txn.faults = frozenset(self.faults(txn)) if self.faults else frozenset()
+            self._check_faults(txn, WRITE_FAULTS)
+            self.writes.append(txn)
+            self._open[cqid] = txn
+            self._write(txn, t, timing)
+        else:
+            raise HomeProtocolError(f"D2H Req at {t}: opcode {op:#07b} not expected from this "
+                                    f"agent")
+
+    def _check_faults(self, txn: Txn, allowed: tuple[str, ...]) -> None:
+        bad = txn.faults - set(allowed)
+        if txn.kind == "read" and not self.timing.read_go:
+            bad |= txn.faults & {"go_error", "go_modified", "dup_data"}
+        if bad:
+            raise ValueError(f"faults {sorted(bad)} do not apply to a {txn.kind} here")
+        kinds = set(_READ_STRUCTURAL if txn.kind == "read" else WRITE_FAULTS)
+        if len(txn.faults & kinds) > 1:
+            raise ValueError(f"at most one of {sorted(kinds)} per {txn.kind}, not "
+                             f"{sorted(txn.faults)}")
+
+    def _read(self, txn: Txn, t: int) -> None:
+        """Data (and GO). A structural fault's extra message is ordered so that the
+        device takes it while the read is still in flight: before the message that
+        completes the read."""
+        timing, faults = self.timing, txn.faults
+        txn.value = self.read_line(txn.line)
+        data = {"cqid": txn.cqid, "data": txn.value, "poison": int("poison" in faults),
+                "go_err": int("go_err" in faults)}
+        state = (GoState.Error if "go_error" in faults else
+                 GoState.M if "go_modified" in faults else GoState.I)
+        go = {"opcode": H2DRspOpcode.GO.value, "cqid": txn.cqid, "rsp_data": state.value}
+        stray_go = dict(go, rsp_data=GoState.I.value)
+        t_data = t + self._delay(timing.read_latency)
+        t_go = t + self._delay(timing.read_latency) if timing.read_go else t_data
+        first = min(t_data, t_go)
+
+        def send(channel, fields, due, role, after=None):
+            return self._send(channel, fields, due, txn=txn, role=role, after=after)
+
+        if "write_pull" in faults:
+            pull = send("rsp", {"opcode": H2DRspOpcode.WritePull.value, "cqid": txn.cqid,
+                                "rsp_data": self.rng.randrange(UQIDS)}, first, "extra")
+            send("data", data, t_data, "data", pull)
+            if timing.read_go:
+                send("rsp", go, t_go, "go", pull)
+        elif "dup_go" in faults:
+            # The first GO is the one the device takes; the data follows the second.
+            if timing.read_go:
+                g1 = send("rsp", go, first, "go")
+                g2 = send("rsp", stray_go, first, "extra", g1)
+            else:
+                g2 = send("rsp", stray_go, first, "extra")
+            send("data", data, t_data, "data", g2)
+        elif "dup_data" in faults:
+            d1 = send("data", data, t_data, "data")
+            # Other bits, so a device that lets the duplicate overwrite the line shows.
+            d2 = send("data", dict(data, data=txn.value ^ _LINE_MASK), t_data, "extra", d1)
+            send("rsp", go, t_go, "go", d2)
+        else:
+            send("data", data, t_data, "data")
+            if timing.read_go:
+                send("rsp", go, t_go, "go")
+
+    def _write(self, txn: Txn, t: int, timing: HomeTiming) -> None:
+        faults = txn.faults
+        due = t + self._delay(timing.write_latency)
+
+        def send(opcode, role, after=None, uqid=None):
+            return self._send("rsp", {"opcode": opcode.value, "cqid": txn.cqid,
+                                      "rsp_data": 0 if uqid is None else uqid},
+                              due, txn=txn, role=role, after=after)
+
+        if "drop" in faults:
+            send(H2DRspOpcode.GO_WritePull_Drop, "drop", uqid=self._uqid())
+            return
+        txn.uqid = self._uqid()
+        txn.wants_data = True
+        self._pulls[txn.uqid] = txn
+        txn.split = ("go_error" in faults or "dup_pull" in faults
+                     or (not faults and self.rng.random() < timing.split_writes))
+        if txn.split:       # the GO follows the data (_d2h_data)
+            pull = send(H2DRspOpcode.WritePull, "pull", uqid=txn.uqid)
+            if "dup_pull" in faults:
+                txn.gate = send(H2DRspOpcode.WritePull, "extra", pull, uqid=txn.uqid)
+            return
+        before = send(H2DRspOpcode.ExtCmp, "extra") if "ext_cmp" in faults else None
+        opcode = (H2DRspOpcode.GO_ERR_WritePull if "go_err_writepull" in faults
+                  else H2DRspOpcode.GO_WritePull)
+        send(opcode, "go", before, uqid=txn.uqid)
+
+    def _d2h_data(self, t: int, f: dict) -> None:
+        uqid = f["uqid"]
+        if f.get("chunk_valid", 0) or f.get("bogus", 0) or f.get("poison", 0) or f.get("rsvd", 0):
+            raise HomeProtocolError(f"D2H Data at {t}: ChunkValid/Bogus/Poison/RSVD set: "
+                                    f"uqid {uqid}")
+        txn = self._pulls.pop(uqid, None)
+        if txn is None:
+            raise HomeProtocolError(f"D2H Data at {t}: UQID {uqid} names no pull in flight")
+        txn.value, txn.t_data, txn.wants_data = f["data"], t, False
+        self._free_uqids.append(uqid)
+        if "go_err_writepull" not in txn.faults:       # else the host drops the data
+            self.read_line(txn.line)
+            self.mem[txn.line] = txn.value
+            self.history[txn.line].append((t, txn.value))
+        if txn.split:
+            state = GoState.Error if "go_error" in txn.faults else GoState.I
+            self._send("rsp", {"opcode": H2DRspOpcode.GO.value, "cqid": txn.cqid,
+                               "rsp_data": state.value},
+                       t + self._delay(self.timing.go_after_data), txn=txn, role="go",
+                       after=txn.gate)
+        self._maybe_close(txn)
+
+    def _d2h_rsp(self, t: int, f: dict) -> None:
+        uqid = f["uqid"]
+        if uqid not in self._snoops:
+            raise HomeProtocolError(f"D2H Rsp at {t}: UQID {uqid} names no snoop in flight")
+        if f["opcode"] != D2HRspOpcode.RspIHitI.value or f.get("rsvd", 0):
+            raise HomeProtocolError(f"D2H Rsp at {t}: {f} is not RspIHitI (the device holds "
+                                    f"no host line)")
+        del self._snoops[uqid]
+        self._free_uqids.append(uqid)
+        self.snoops_answered += 1
+
+    # --- stimulus -----------------------------------------------------------------------------
+    def snoop(self, t: int, line: int, opcode: int = H2DReqOpcode.SnpInv.value) -> int:
+        """Send a snoop of ``line`` from cycle ``t`` on (any 3-bit ``opcode``, reserved ones
+        included); returns its UQID."""
+        uqid = self._uqid()
+        self._snoops[uqid] = (t, opcode)
+        self._send("req", {"opcode": opcode, "address": line, "uqid": uqid}, t, role="snoop")
+        self.snoops_sent += 1
+        return uqid
+
+    def raw(self, channel: str, t: int, fields: dict) -> None:
+        """Send an arbitrary H2D Rsp or H2D Data from cycle ``t`` on, tied to no request
+        (bad-input tests)."""
+        if channel not in ("rsp", "data"):
+            raise ValueError(f"raw messages go on 'rsp' or 'data', not {channel!r}")
+        self._send(channel, dict(fields), t, role="raw")
+
+
+class CoherenceChecker:
+    """Holds the agent's user-visible results to the home's order (module docstring).
+
+    Call the four methods as the user side of the agent transfers; ``key`` is any
+    hashable naming the request. Violations raise :class:`AssertionError`.
+    """
+
+    def __init__(self, home: CacheHome):
+        self.home = home
+        self._floor: dict[int, int] = {}        # line -> history index of newest completed
+        self._reads: dict[object, tuple[int, int, int]] = {}
+        self._writes: dict[object, tuple[int, int, int]] = {}
+        self.reads_checked = 0
+        self.writes_checked = 0
+
+    def read_issued(self, key: object, line: int, t: int) -> None:
+        self._reads[key] = (line, self._floor.get(line, 0), t)
+
+    def read_delivered(self, key: object, value: int, error: bool, t: int) -> None:
+        line, floor, t_issue = self._reads.pop(key)
+        if error:
+            return      # the value of a read with an error is not held to anything
+        history = self.home.history.get(line, [])
+        allowed = [v for i, (ta, v) in enumerate(history) if i >= floor and ta < t]
+        assert value in allowed, (
+            f"read {key!r} of line {line:#x} (issued at {t_issue}, delivered at {t}) returned "
+            f"a value the line did not hold since the newest write completed before it "
+            f"({len(allowed)} candidates)")
+        self.reads_checked += 1
+
+    def write_issued(self, key: object, line: int, value: int, t: int) -> None:
+        self._writes[key] = (line, value & _LINE_MASK, t)
+
+    def write_completed(self, key: object, error: bool, t: int) -> None:
+        line, value, t_issue = self._writes.pop(key)
+        if error:
+            return      # the home may have dropped it
+        history = self.home.history.get(line, [])
+        found = [i for i, (ta, v) in enumerate(history) if v == value and t_issue <= ta < t]
+        assert found, (f"write {key!r} of line {line:#x} reported complete at {t} before its "
+                       f"data reached the home")
+        self._floor[line] = max(self._floor.get(line, 0), found[-1])
+        self.writes_checked += 1
