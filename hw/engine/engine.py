@@ -22,7 +22,7 @@ from .desc_fetch import RING_ORDER_MAX, DescFetch
 from .descriptor import DescKind, Descriptor, Status
 from .grad_feed import GradFeed
 from .pool_reduce import PoolReduce
-from .row_gather import RowGather
+from .row_gather import ROW, RowGather
 from .scatter_update import ScatterUpdate
 
 __all__ = ["Engine"]
@@ -36,6 +36,8 @@ _MANAGERS = ("gather", "sequencer", "completion", "fetch", "grad", "scatter", "r
 _PRIORITY = {"background": 1}
 #: Descriptors dispatched and not yet completed that the completion queue holds.
 _QUEUE = 8
+#: Rows an UPDATE's gradient feed may lag the gather by (its input FIFO).
+_GRAD_ROWS = 16
 
 
 def _ceil_div_pow2(value, shift: int, width: int):
@@ -381,19 +383,33 @@ class Engine(wiring.Component):
         # --- the sequencer's rows: to the gather (LOOKUP), or to the gather (counted
         # rows only: it reads them ahead for the update) and the gradient feed (UPDATE),
         # each side taking an item once.
+        # The feed's side goes through a FIFO, so that the gather reads rows ahead of the
+        # update by up to _GRAD_ROWS rows rather than by the one the fork holds.
         rows = seq.o_rows
+        m.submodules.grad_rows = grad_rows = SyncFIFOBuffered(width=ROW.size,
+                                                              depth=_GRAD_ROWS)
         took_g = Signal()
         took_f = Signal()
         skip_g = cur_update & rows.p.empty_bag
         g_ok = took_g | skip_g | gather.i_rows.ready
-        f_ok = took_f | grad.i_rows.ready
+        f_ok = took_f | grad_rows.w_rdy
         m.d.comb += [
             gather.i_rows.payload.eq(rows.payload),
-            grad.i_rows.payload.eq(rows.payload),
+            grad_rows.w_data.eq(rows.payload),
             gather.i_rows.valid.eq(rows.valid & ~took_g & ~skip_g),
-            grad.i_rows.valid.eq(rows.valid & cur_update & ~took_f),
+            grad_rows.w_en.eq(rows.valid & cur_update & ~took_f),
             rows.ready.eq(Mux(cur_update, g_ok & f_ok, gather.i_rows.ready)),
+            grad.i_rows.payload.eq(grad_rows.r_data),
+            grad.i_rows.valid.eq(grad_rows.r_rdy),
+            grad_rows.r_en.eq(grad.i_rows.ready),
         ]
+        # The feed learns that the UPDATE's rows are over once the FIFO has handed it
+        # the last one (the status that ends them comes after the last row's transfer).
+        grad_fin = Signal()
+        with m.If(comp.upd_finish):
+            m.d.sync += grad_fin.eq(1)
+        with m.Elif(~grad_rows.level.any()):
+            m.d.sync += grad_fin.eq(0)
         with m.If(rows.valid & cur_update):
             with m.If(g_ok & f_ok):
                 m.d.sync += [took_g.eq(0), took_f.eq(0)]
@@ -434,9 +450,10 @@ class Engine(wiring.Component):
         m.d.comb += [
             grad.start.eq(start_grad),
             grad.data_addr.eq(cur.data_addr[:aw]),
+            grad.num_bags.eq(cur.num_bags),
             grad.glines.eq(lpr_fp32),
             grad.items.eq(Mux(cur.bf16, Cat(C(0, 1), lpr_bf16), lpr_fp32)),
-            grad.finish.eq(comp.upd_finish),
+            grad.finish.eq(grad_fin & (~grad_rows.level.any())),
             sc.table_base.eq(cur.table_base[:aw]),
             sc.lines_per_row.eq(lpr),
             sc.bf16.eq(cur.bf16),

@@ -1,12 +1,12 @@
 """UPDATE's feeder: turns the counted rows of the bags into the gradient items
 :class:`~.scatter_update.ScatterUpdate` applies, reading each bag's gradient once."""
 
-from amaranth.hdl import C, Cat, Module, Mux, Signal
+from amaranth.hdl import C, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.arith.fp32 import add
+from hw.arith.fp32 import add, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 
 from ..widths import eq_const
@@ -27,27 +27,31 @@ class GradFeed(wiring.Component):
     The bags arrive as the ``ROW`` stream of :class:`~.bag_sequencer.BagSequencer`
     (counted rows in index order, a lone item per empty bag). Bag ``b``'s fp32
     gradient is ``glines`` lines at ``data_addr + b * glines * 64``
-    (``docs/embedding.md``). At the first counted row of a bag the gradient is read into
-    a line buffer (one single-beat read per line, AXI ID 0, in order); then every
-    counted row of the bag becomes ``items`` items ``line = 0 .. items - 1`` carrying
-    gradient line ``line`` (zero past ``glines``: the bf16 padding of
-    :class:`~.scatter_update.ScatterUpdate`) and the row's weight. Empty bags only
-    advance the gradient address. After ``finish`` (the UPDATE's last row has been
-    handed over) and once every row is fed, one ``nop`` + ``last`` item ends the
-    descriptor, so ScatterUpdate flushes its cache and reports.
+    (``docs/embedding.md``), so the bags' gradients are one sequential run of
+    ``num_bags * glines`` lines. From the first row on (the sequencer has checked the
+    descriptor by then) that run is read ahead into a ring of ``ring_lines`` lines
+    (single-beat reads, AXI ID 0, in order, as many in flight as the ring has room).
+    Every counted row of a bag then becomes ``items`` items ``line = 0 .. items - 1``
+    carrying gradient line ``line`` (zero past ``glines``: the bf16 padding of
+    :class:`~.scatter_update.ScatterUpdate`) and the row's weight; a bag's lines leave
+    the ring after its last row, an empty bag's once they have arrived. After
+    ``finish`` (the UPDATE's last row has been handed over) and the last row's items,
+    no read is issued, and once every read has returned one ``nop`` + ``last`` item
+    ends the descriptor, so ScatterUpdate flushes its cache and reports.
 
-    Rate: two cycles per item (the buffer read, then the item register), plus a PMEM
-    read latency per non-empty bag; ScatterUpdate needs at least nine cycles per item,
-    so this block never limits an UPDATE by more than that latency per bag.
+    Rate: two cycles per item (the ring read, then the item register). The first bag
+    waits one PMEM read latency (as its row's read does); later bags find their lines
+    read ahead as long as the ring covers the read latency (``ring_lines`` lines per
+    latency); ScatterUpdate needs at least nine cycles per item.
 
     Members
     -------
     start : ``In(1)``
-        Pulse when an UPDATE is dispatched: the gradient address restarts at
-        ``data_addr``.
-    data_addr, glines, items : ``In``
-        The UPDATE's gradient buffer, gradient lines per bag (1..``max_glines``) and
-        items per counted row (table lines, twice that for bf16).
+        Pulse when an UPDATE is dispatched: the read-ahead restarts at ``data_addr``.
+    data_addr, num_bags, glines, items : ``In``
+        The UPDATE's gradient buffer, its bags, gradient lines per bag
+        (1..``max_glines``) and items per counted row (table lines, twice that for
+        bf16).
     finish : ``In(1)``
         Pulse once the UPDATE's rows have all been taken from ``i_rows``.
     i_rows : ``In(stream.Signature(ROW))``
@@ -60,9 +64,12 @@ class GradFeed(wiring.Component):
     def __init__(self, *, addr_width: int, id_width: int, max_glines: int):
         self._addr_width = addr_width
         self._max_glines = max_glines
+        #: Ring of read-ahead gradient lines: two of the largest bags, at least 16.
+        self._ring_bits = max(4, (2 * max_glines - 1).bit_length())
         super().__init__({
             "start": In(1),
             "data_addr": In(addr_width),
+            "num_bags": In(32),
             "glines": In(9),
             "items": In(9),
             "finish": In(1),
@@ -73,42 +80,70 @@ class GradFeed(wiring.Component):
             "busy": Out(1),
         })
 
+    @property
+    def ring_lines(self) -> int:
+        return 1 << self._ring_bits
+
     def elaborate(self, platform):
         m = Module()
         aw = self._addr_width
+        rb = self._ring_bits
         axi, rows, out = self.pmem, self.i_rows, self.o_items
-        buf_bits = max(1, (self._max_glines - 1).bit_length())
-        m.submodules.buf = buf = Memory(shape=_LINE_BITS, depth=1 << buf_bits, init=[])
-        rd = buf.read_port(transparent_for=())
-        wr = buf.write_port()
+        m.submodules.ring = ring = Memory(shape=_LINE_BITS, depth=1 << rb, init=[])
+        rd = ring.read_port(transparent_for=())
+        wr = ring.write_port()
 
         state = Signal(range(_FINISH + 1))
-        base = Signal(aw)               # this bag's gradient
-        cnt = Signal(9)                 # gradient lines requested
-        rcnt = Signal(9)                # gradient lines received
+        # Ring pointers (one bit more than the ring's index): lines requested, received
+        # and released; ``cons`` is the current bag's first line.
+        req = Signal(rb + 1)
+        rcv = Signal(rb + 1)
+        cons = Signal(rb + 1)
+        pf_on = Signal()                # reading ahead (from the first row on)
+        pf_addr = Signal(aw)
+        pf_bag = Signal(32)             # bag of the next line to request
+        pf_line = Signal(9)             # ... and its line
         j = Signal(9)                   # item of the current row
         row = Signal(ROW)
         fin = Signal()
-        ar_pend = Signal()
 
+        held = Signal(rb + 1)           # lines received and not released
+        m.d.comb += held.eq(sub(rcv, cons, rb + 1))
+        ar = Signal()
+        # The reads go on after ``finish`` (the last bag may still want its lines), but
+        # not in _FINISH: every bag has had its row by then, so every line was asked for.
+        m.d.comb += ar.eq(pf_on & ~eq_const(state, _FINISH) & (pf_bag != self.num_bags)
+                          & ~sub(req, cons, rb + 1)[rb])     # fewer than 2**rb taken
         with m.If(self.finish):
             m.d.sync += fin.eq(1)
         with m.If(self.start):
-            m.d.sync += base.eq(self.data_addr)
+            m.d.sync += [pf_addr.eq(self.data_addr), pf_bag.eq(0), pf_line.eq(0),
+                         req.eq(0), rcv.eq(0), cons.eq(0), pf_on.eq(0)]
 
         m.d.comb += [
-            axi.arvalid.eq(ar_pend),
-            axi.araddr.eq(add(base, Cat(C(0, _LINE_SHIFT), cnt)[:aw], aw)),
+            axi.arvalid.eq(ar),
+            axi.araddr.eq(pf_addr),
             axi.arid.eq(0),
             axi.arlen.eq(0),
             axi.arsize.eq(_LINE_SHIFT),
             axi.arburst.eq(AxiBurst.INCR),
             axi.rready.eq(1),
             axi.bready.eq(1),
-            wr.addr.eq(rcnt[:buf_bits]),
+            wr.addr.eq(rcv[:rb]),
             wr.data.eq(axi.rdata),
-            rd.addr.eq(j[:buf_bits]),
+            wr.en.eq(axi.rvalid.replicate(_LINE_BITS // 8)),
+            rd.addr.eq(add(cons, j, rb + 1)[:rb]),
         ]
+        with m.If(ar & axi.arready):
+            m.d.sync += [req.eq(add(req, 1, rb + 1)),
+                         pf_addr.eq(add(pf_addr, 1 << _LINE_SHIFT, aw))]
+            with m.If(add(pf_line, 1, 9) == self.glines):
+                m.d.sync += [pf_line.eq(0), pf_bag.eq(add(pf_bag, 1, 32))]
+            with m.Else():
+                m.d.sync += pf_line.eq(add(pf_line, 1, 9))
+        with m.If(axi.rvalid):
+            m.d.sync += rcv.eq(add(rcv, 1, rb + 1))
+
         m.d.comb += [
             out.p.row.eq(row.row),
             out.p.line.eq(j),
@@ -118,33 +153,28 @@ class GradFeed(wiring.Component):
             out.p.nop.eq(eq_const(state, _FINISH)),
         ]
 
-        def end_of_bag(m):
-            m.d.sync += base.eq(add(base, Cat(C(0, _LINE_SHIFT), self.glines), aw))
+        def release_bag(m):
+            m.d.sync += cons.eq(add(cons, self.glines, rb + 1))
 
         with m.Switch(state):
             with m.Case(_IDLE):
                 m.d.comb += rows.ready.eq(1)
                 with m.If(rows.valid):
-                    m.d.sync += [row.eq(rows.p), j.eq(0)]
-                    with m.If(rows.p.empty_bag):
-                        end_of_bag(m)
-                    with m.Elif(~rows.p.row_k.any()):
-                        m.d.sync += [cnt.eq(0), rcnt.eq(0), ar_pend.eq(1)]
+                    m.d.sync += [row.eq(rows.p), j.eq(0), pf_on.eq(1)]
+                    with m.If(rows.p.empty_bag | ~rows.p.row_k.any()):
                         m.d.sync += state.eq(_LOAD)
                     with m.Else():
                         m.d.sync += state.eq(_EMIT_RD)
                 with m.Elif(fin):
                     m.d.sync += state.eq(_FINISH)
-            with m.Case(_LOAD):
-                with m.If(ar_pend & axi.arready):
-                    m.d.sync += cnt.eq(add(cnt, 1, 9))
-                    with m.If(add(cnt, 1, 9) == self.glines):
-                        m.d.sync += ar_pend.eq(0)
-                with m.If(axi.rvalid):
-                    m.d.comb += wr.en.eq(1)
-                    m.d.sync += rcnt.eq(add(rcnt, 1, 9))
-                    with m.If(add(rcnt, 1, 9) == self.glines):
-                        m.d.sync += state.eq(_EMIT_RD)
+            # Once the bag's lines are in the ring (glines <= max_glines < 2**rb: its
+            # low rb + 1 bits are all of it); an empty bag only releases them.
+            with m.Case(_LOAD), m.If(held >= self.glines[:rb + 1]):
+                with m.If(row.empty_bag):
+                    release_bag(m)
+                    m.d.sync += state.eq(_IDLE)
+                with m.Else():
+                    m.d.sync += state.eq(_EMIT_RD)
             with m.Case(_EMIT_RD):
                 m.d.sync += state.eq(_EMIT_OUT)
             with m.Case(_EMIT_OUT):
@@ -152,14 +182,16 @@ class GradFeed(wiring.Component):
                 with m.If(out.ready):
                     with m.If(add(j, 1, 9) == self.items):
                         with m.If(row.last_row):
-                            end_of_bag(m)
+                            release_bag(m)
                         m.d.sync += state.eq(_IDLE)
                     with m.Else():
                         m.d.sync += [j.eq(add(j, 1, 9)), state.eq(_EMIT_RD)]
             with m.Case(_FINISH):
-                m.d.comb += out.valid.eq(1)
-                with m.If(out.ready):
-                    m.d.sync += [fin.eq(0), state.eq(_IDLE)]
+                # Every read issued has returned: nothing is left to land in the ring
+                # of the next UPDATE.
+                m.d.comb += out.valid.eq(rcv == req)
+                with m.If(out.valid & out.ready):
+                    m.d.sync += [fin.eq(0), pf_on.eq(0), state.eq(_IDLE)]
 
         m.d.comb += self.busy.eq(state.any() | fin)    # not _IDLE (0)
         return m

@@ -102,12 +102,14 @@ class ScatterUpdate(wiring.Component):
     max_lines_per_row)`` lines, synchronous read; tags ``{row, valid}`` in a second
     memory). Row ``r`` lives in slot ``r mod cache_rows``. An item whose row is not
     cached evicts the slot's row, if any (written back line by line), then fills the
-    slot from ``i_lines``. Later items of a
-    cached row update the cached copy in order, which is the contract's sequential
-    semantics. At ``last`` every cached row is written back, every B awaited, the cache
-    invalidated, and ``o_done`` reports ``rows_written`` (write-backs: row misses) and
-    ``updates`` (items with ``line == 0``: counted indices). A row is therefore written
-    once per descriptor unless another row of the same slot evicted it in between.
+    slot from ``i_lines``. Later items of a cached row update the cached copy in order,
+    which is the contract's sequential semantics. At ``last`` every cached row is
+    written back (only the slots holding a row are visited, and the write-backs follow
+    each other without waiting for their Bs), every
+    B awaited, the cache invalidated, and ``o_done`` reports ``rows_written``
+    (write-backs: row misses) and ``updates`` (items with ``line == 0``: counted
+    indices). A row is therefore written once per descriptor unless another row of the
+    same slot evicted it in between.
     **Read-ahead lines.** ``i_lines`` carries, for every counted index in item order,
     the ``lines_per_row`` lines of its row as the engine's
     :class:`~.row_gather.RowGather` read them ahead, many reads in flight. The first
@@ -118,11 +120,12 @@ class ScatterUpdate(wiring.Component):
     cleared when the descriptor completes, and a miss of a marked row drops its lines
     and reads the row from PMEM instead (one single-beat burst per line, so no burst
     crosses a 4 KiB boundary, same ID, so beats return in order). That read starts
-    only once every B of the previous eviction has arrived, so it sees the durable
-    write-back (``docs/pmem-model.md``: durable at B); false marks only cost time. A
-    fill does not wait for its own eviction's Bs (it reads another row); the next miss
-    does, and the flush awaits every B. The block completes a descriptor only after
-    every line of its indices has been taken or dropped.
+    only once every B owed (of every earlier eviction) has arrived, so it sees the
+    durable write-back (``docs/pmem-model.md``: durable at B); false marks only cost
+    time. Fills from the gathered lines wait for no B (while fewer than a cache's
+    worth of lines are owed), and the flush awaits every B at its end. The block
+    completes a descriptor only after every line of its indices has been taken or
+    dropped.
 
     **Pipeline.** Items that hit are issued one per cycle into a fixed-latency
     pipeline (``weight * grad`` in the multipliers, with weight 1.0 when not
@@ -258,7 +261,17 @@ class ScatterUpdate(wiring.Component):
         flushing = Signal()
         cnt = Signal(7)                     # write-back line / AR count
         r_cnt = Signal(7)                   # R beats received
-        b_owed = Signal(8)                  # write-back lines sent, B not yet received
+        # Write-backs go on while earlier Bs are owed, up to a cache's worth of lines.
+        owed_max = self._cache_rows * self._max_lines_per_row
+        owed_bits = (2 * owed_max).bit_length()
+        b_owed = Signal(owed_bits)          # write-back lines sent, B not yet received
+        owed_high = Signal()
+        m.d.comb += owed_high.eq(at_least(b_owed, owed_max))
+        held = Signal(self._cache_rows)     # slots holding a row (tags valid)
+        first_held = Signal(slot_bits)      # the lowest of them
+        for k in reversed(range(self._cache_rows)):
+            with m.If(held[k]):
+                m.d.comb += first_held.eq(k)
         aw_pend = Signal()
         w_pend = Signal()
         w_data = Signal(LINE_BITS, reset_less=True)
@@ -300,9 +313,9 @@ class ScatterUpdate(wiring.Component):
         ]
         aw_done = axi.awvalid & axi.awready
         with m.If(aw_done & ~axi.bvalid):
-            m.d.sync += b_owed.eq(add(b_owed, 1, 8))
+            m.d.sync += b_owed.eq(add(b_owed, 1, owed_bits))
         with m.Elif(~aw_done & axi.bvalid):
-            m.d.sync += b_owed.eq(sub(b_owed, 1, 8))
+            m.d.sync += b_owed.eq(sub(b_owed, 1, owed_bits))
 
         # --- stage A: the cache line, the granules the item writes, the tag check
         # Granule ``g`` is bits 16g..16g+15 of the line. Lane ``e`` is a table element
@@ -464,14 +477,16 @@ class ScatterUpdate(wiring.Component):
                     m.d.sync += a_valid.eq(0)
                     with m.If(cur.last):
                         m.d.sync += state.eq(_State.DRAIN)
-                # A miss waits for the previous eviction's Bs (usually long arrived):
-                # its fill may read the row that eviction wrote.
-                with m.If(a_valid & ~hit & ~busy & ~b_owed.any()):
-                    # A first index of a row not written back fills from the gathered
-                    # lines; otherwise they are dropped and the row is read from PMEM
-                    # (a miss of a later item of an index cannot happen; it would read
-                    # PMEM and consume nothing).
-                    m.d.sync += gfill.eq(line0 & ~accounted & ~ev_sel[0])
+                # A first index of a row not written back fills from the gathered
+                # lines; otherwise they are dropped and the row is read from PMEM (a
+                # miss of a later item of an index cannot happen; it would read PMEM
+                # and consume nothing). A fill from PMEM waits for every B owed: it may
+                # read a row an eviction wrote. A fill from the gathered lines does not.
+                from_lines = Signal()
+                m.d.comb += from_lines.eq(line0 & ~accounted & ~ev_sel[0])
+                with m.If(a_valid & ~hit & ~busy
+                          & Mux(from_lines, ~owed_high, ~b_owed.any())):
+                    m.d.sync += gfill.eq(from_lines)
                     with m.If(line0 & ~accounted & ev_sel[0]):
                         m.d.comb += drop_inc.eq(lpr)
                     m.d.sync += accounted.eq(1)
@@ -492,9 +507,8 @@ class ScatterUpdate(wiring.Component):
                         with m.If(~i.p.line.any()):
                             m.d.sync += updates.eq(add(updates, 1, 32))
 
-            with m.Case(_State.DRAIN), m.If(~busy & ~b_owed.any() & ~drop_left.any()):
-                m.d.sync += [slot.eq(0), flushing.eq(1)]
-                m.d.sync += state.eq(_State.F_READ)
+            with m.Case(_State.DRAIN), m.If(~busy & ~drop_left.any()):
+                m.d.sync += [flushing.eq(1), state.eq(_State.F_NEXT)]
 
             # --- write-back of the row in ``slot`` (``addr_row``), one line per burst
             with m.Case(_State.WB_READ):
@@ -517,12 +531,12 @@ class ScatterUpdate(wiring.Component):
             with m.Case(_State.WB_WAIT):
                 # A miss's fill reads another row than the one written back, so it
                 # starts at once, its read latency hiding the write's; the next miss
-                # waits for these Bs (above). The flush awaits every B.
+                # waits for these Bs (above). The flush goes on to the next slot and
+                # awaits every B at its end.
+                m.d.sync += rows_written.eq(add(rows_written, 1, 32))
                 with m.If(~flushing):
-                    m.d.sync += rows_written.eq(add(rows_written, 1, 32))
                     start_fill(m)
-                with m.Elif(~b_owed.any()):
-                    m.d.sync += rows_written.eq(add(rows_written, 1, 32))
+                with m.Else():
                     m.d.sync += state.eq(_State.F_NEXT)
 
             # --- ``cur.row`` into ``slot``: the gathered lines (after the ones still to
@@ -550,24 +564,28 @@ class ScatterUpdate(wiring.Component):
                     m.d.sync += r_cnt.eq(add(r_cnt, 1, 7))
                     with m.If(add(r_cnt, 1, 7) == lpr):
                         m.d.comb += [tag_wr.en.eq(1), tag_wr.data.eq(Cat(cur.row, C(1, 1)))]
-                        m.d.sync += state.eq(_State.RETAG)
+                        m.d.sync += [state.eq(_State.RETAG), held.bit_select(slot, 1).eq(1)]
             with m.Case(_State.RETAG):
                 # The tag read of this cycle (``slot``) sees the fill's tag write.
                 m.d.sync += state.eq(_State.RUN)
 
-            # --- flush: write back every cached row, invalidate, complete
+            # --- flush: write back every cached row (the slots ``held`` marks, lowest
+            # first), invalidate, complete
             with m.Case(_State.F_READ):
                 m.d.sync += state.eq(_State.F_CHECK)
             with m.Case(_State.F_CHECK):
+                m.d.sync += held.bit_select(slot, 1).eq(0)
                 with m.If(tag.valid):
                     m.d.comb += [tag_wr.en.eq(1), tag_wr.data.eq(0)]
                     start_writeback(m, tag.row)
                 with m.Else():
                     m.d.sync += state.eq(_State.F_NEXT)
             with m.Case(_State.F_NEXT):
-                m.d.sync += slot.eq(add(slot, 1, slot_bits))
-                with m.If(slot.all()):
+                with m.If(held.any()):
+                    m.d.sync += [slot.eq(first_held), state.eq(_State.F_READ)]
+                with m.Elif(~b_owed.any()):
                     m.d.sync += [
+                        slot.eq(0),
                         flushing.eq(0),
                         evicted.eq(0),
                         done.valid.eq(1),
@@ -575,8 +593,6 @@ class ScatterUpdate(wiring.Component):
                         done.p.updates.eq(updates),
                     ]
                     m.d.sync += state.eq(_State.DONE)
-                with m.Else():
-                    m.d.sync += state.eq(_State.F_READ)
             with m.Case(_State.DONE):
                 m.d.sync += [rows_written.eq(0), updates.eq(0)]
                 with m.If(done.ready):
