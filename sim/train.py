@@ -38,7 +38,8 @@ from . import embedding
 from .dlrm import DLRM
 from .workloads import SyntheticClicks, Workload, get_workload
 
-__all__ = ["SIM_OVERRIDES", "ReferenceRun", "main", "reference_train", "tables_digest"]
+__all__ = ["SIM_OVERRIDES", "ReferenceRun", "main", "reference_train", "simulation_seconds",
+           "tables_digest"]
 
 #: Overrides of a preset's fields (``Workload.with_overrides``) that ``make sim`` applies
 #: so that a run stays within about five minutes of wall time on Verilator. Measured
@@ -235,12 +236,20 @@ def _run_mode(mode: str, args, overrides: dict, config, crash_at: int | str | No
                            f"{result.log}\n" + "\n".join(tail))
     data = json.loads(raw.read_text())
     data["wall_seconds"] = round(wall, 1)
+    data["sim_seconds"] = simulation_seconds(result.log.read_text(), "train_dlrm")
     if follower is None or not follower.printed:
         for r in data["executions"]:
             print(f"  [{mode}] batch {r['batch']:>3}: loss {r['loss']:.4f}, "
                   f"{r['cycles']:>7} cycles"
                   f"{'  (lost to the power failure)' if r.get('lost') else ''}")
     return data
+
+
+def simulation_seconds(log: str, testcase: str) -> float | None:
+    """The wall seconds cocotb reports for ``testcase`` in its summary table (the
+    simulation alone: no build, elaboration or simulator start), or None."""
+    m = re.search(rf"\.{re.escape(testcase)}\s+PASS\s+[\d.]+\s+([\d.]+)", log)
+    return float(m[1]) if m else None
 
 
 class _Follower:

@@ -1,0 +1,811 @@
+"""DCOH of the Type-2 device for its own memory (HDM-D): the per-page bias table, the
+gate through which device blocks access device memory, host-bias forwarding over
+CXL.cache, bias flips and the check of host accesses.
+
+See :class:`Dcoh` and ``docs/dcoh.md``.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import C, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..arith.fp32 import add, sub
+from ..widths import eq_const, lt_const, zext
+from .cache_agent import TAG_BITS
+from .messages import D2HReq, D2HReqOpcode, M2SReq, M2SReqOpcode
+
+__all__ = [
+    "ACC_REQ",
+    "CHK_RSP",
+    "ERR_INFO",
+    "LINE_BITS",
+    "Dcoh",
+    "DcohError",
+]
+
+#: Width of a line address, device (offset in the HDM) or host (Addr[51:6]).
+LINE_BITS = 46
+
+#: Width of a CQID (``cxl-reference.md``, "CXL.cache").
+_CQID_BITS = 12
+
+#: Bytes per line: a page holds ``page_bytes // 64`` lines.
+_LINE_BYTES = 64
+
+#: A device access asking for permission: ``line`` is the device line address (the line's
+#: offset from the start of device memory, in lines), ``write`` the access kind, ``tag``
+#: the user's, returned with the grant.
+ACC_REQ = data.StructLayout({"line": LINE_BITS, "write": 1, "tag": TAG_BITS})
+
+#: The answer to a host check: ``flipped`` the page was in device bias and has been
+#: flipped back to host bias; ``error`` the line was beyond device memory (nothing done).
+CHK_RSP = data.StructLayout({"flipped": 1, "error": 1})
+
+#: Details of an error (:attr:`Dcoh.o_err_first`). ``opcode`` is the M2S opcode of a
+#: forward (zero for the other kinds); ``id`` the forward's Tag, the access's tag or the
+#: handle of a done (zero for the check and flip kinds); ``address`` the forward's or the
+#: request's line address, or the page number for the flip kinds.
+ERR_INFO = data.StructLayout({"code": 4, "opcode": 4, "id": 16, "address": LINE_BITS})
+
+
+class DcohError:
+    """Error kinds: bit positions of ``o_err_set`` / ``o_err_status`` and values of
+    ``ERR_INFO.code``."""
+    FWD_NOT_IN_FLIGHT = 0   # forward's Tag names no CQID of the pool waiting for a forward
+    FWD_OPCODE = 1          # not the forward the request waits for (or not a forward)
+    FWD_ADDRESS = 2         # forward's address differs from the request's
+    ACC_RANGE = 3           # device access beyond device memory: granted with error
+    DONE_UNEXPECTED = 4     # done naming a handle without an undone grant
+    CHK_RANGE = 5           # host check beyond device memory: answered with error
+    FLIP_RANGE = 6          # flip command beyond the bias table: done with error
+    FLIP_BUSY = 7           # flip start while a flip (or the reset sweep) runs: ignored
+    FLIP_CONTENDED = 8      # host touched a page while the flip claimed it: page not flipped
+    COUNT = 9
+
+
+#: Entry info, written when a CQID / handle is allocated.
+_INFO = data.StructLayout({"host_line": LINE_BITS, "tag": TAG_BITS, "write": 1, "claim": 1,
+                           "host_bias": 1, "error": 1})
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_pow2(value) -> bool:
+    return _is_int(value) and value > 0 and value & (value - 1) == 0
+
+
+def _bit(m: Module, vector: Signal, index, name: str):
+    """``vector[index]`` for a signal ``index``, with the shift at full width for lint."""
+    shifted = Signal(len(vector), name=name)
+    m.d.comb += shifted.eq(vector >> index)
+    return shifted[0]
+
+
+def _named(m: Module, value, name: str) -> Signal:
+    """``value`` as a named combinational signal. Amaranth emits an expression once per
+    use (no common subexpressions), so a value used in several places gets a name."""
+    sig = Signal(len(value), name=name)
+    m.d.comb += sig.eq(value)
+    return sig
+
+
+def _lowest(m: Module, vector, name: str) -> tuple[Signal, Signal]:
+    """``(any, index)`` of the lowest set bit of ``vector`` (a power-of-two number of bits,
+    at least 2): a tree of depth log2(len) with a named signal per node, because Amaranth
+    emits an expression once per use and a shared subtree would grow exponentially."""
+    width = len(vector).bit_length() - 1
+    vector = _named(m, vector, f"{name}_in")
+    any_, idx = Signal(name=f"{name}_any"), Signal(width, name=f"{name}_idx")
+    if len(vector) == 2:
+        m.d.comb += [any_.eq(vector[0] | vector[1]), idx.eq(~vector[0])]
+    else:
+        half = len(vector) // 2
+        lo_any, lo_idx = _lowest(m, vector[:half], f"{name}_l")
+        hi_any, hi_idx = _lowest(m, vector[half:], f"{name}_h")
+        m.d.comb += [any_.eq(lo_any | hi_any),
+                     idx.eq(Cat(Mux(lo_any, lo_idx, hi_idx), ~lo_any))]
+    return any_, idx
+
+
+def _onehot(m: Module, index, n: int, name: str) -> Signal:
+    """``n``-bit one-hot decode of ``index``."""
+    out = Signal(n, name=name)
+    m.d.comb += out.eq(Cat(*(eq_const(index, i) for i in range(n))))
+    return out
+
+
+# Phases of the host check and of the flip command.
+_K_DECIDE, _K_WRITE, _K_SNAP, _K_WAIT = range(4)
+(_F_IDLE, _F_READ, _F_DECIDE, _F_CLAIM, _F_COMMIT, _F_BWRITE, _F_BSNAP, _F_BWAIT,
+ _F_NEXT) = range(9)
+
+
+class Dcoh(wiring.Component):
+    """Device coherency engine for device memory in the bias model of CXL 2.0
+    (``cxl-reference.md``, "Type-2 coherence (HDM-D, bias based)").
+
+    **Bias table.** One bit per page of device memory (``pages`` pages of
+    ``page_bytes``): host bias (0) or device bias (1). It is a
+    :class:`~amaranth.lib.memory.Memory` with synchronous, write-transparent read ports
+    (one each for the access gate, the host check and the flip command) and one write
+    port. A memory's contents survive a reset, so after reset the DCOH writes host bias
+    into every page, one per cycle (``max(pages, 2)`` cycles), while ``i_acc`` and
+    ``i_host_chk`` are not ready and flip starts are ignored (FLIP_BUSY): every page is
+    in host bias after reset.
+
+    **Access gate.** A device block asks on ``i_acc`` before it reads or writes a line of
+    device memory (device line address, write flag, tag), and gets a grant on
+    ``o_grant`` with its tag and a ``handle``. The handle is an entry of a pool of
+    ``cqids`` entries, which are also the DCOH's CQIDs ``cqid_base .. cqid_base +
+    cqids - 1``. A page in device bias is granted at once (``host_bias = 0``). For a page
+    in host bias the DCOH sends a D2H Req for the line's host address (``hdm_base +
+    line``) with the entry's CQID: ``read_opcode`` (RdCurr or RdShared) for a read, RdOwn
+    for a write; the grant (``host_bias = 1``) follows the M2S MemRdFwd (read) or
+    MemWrFwd (write) whose Tag is that CQID and whose address is that line. No
+    completion goes back to the host. Once the user's memory access has finished (AXI R
+    or B), it returns the handle on ``i_done``; the entry is free again. A line beyond
+    device memory is granted at once with ``error`` set (its handle needs no done; the
+    entry is free once the grant has left) and flagged ACC_RANGE. Every access takes an
+    entry at its decision, so no decision waits for the grant output: entries that are
+    permitted wait for a round-robin pick into the ``o_grant`` register. Grants therefore
+    leave **out of order** (device-bias grants do not wait behind host-bias ones); the
+    user matches them by tag. No entry waits longer than ``cqids`` picks.
+
+    **Forwards** (``i_fwd``, the M2S Req messages the endpoint routes here) are always
+    accepted. A forward whose Tag names no entry waiting for a forward, whose opcode is
+    not the one the request waits for (MemRdFwd for a read or a claim, MemWrFwd for a
+    write), or whose address differs from the request's, is dropped and flagged
+    (FWD_NOT_IN_FLIGHT, FWD_OPCODE, FWD_ADDRESS); the request keeps waiting for its
+    forward, so a bad forward never grants anything.
+
+    **Flip command.** ``i_flip_start`` with ``i_flip`` (``first_page``, ``pages``,
+    ``to_host``) walks the pages in order. To device bias: a page already in device
+    bias is skipped; otherwise each of its lines is claimed with D2H RdOwnNoData (many
+    in flight, from the same CQID pool), and the page turns to device bias once every
+    claim's MemRdFwd has arrived. If a host check of the page is in progress at any time
+    between its first claim and the bias write, the page stays in host bias and the
+    command ends with ``error`` (FLIP_CONTENDED): the host may hold a line that was
+    already claimed. To host bias: a page in device bias is set to host bias, then the
+    flip waits until every access of the page granted before that has been done; a page
+    already in host bias is only drained the same way (a host check may have flipped it
+    back and still be waiting), so ``done`` means that no access granted in device bias
+    before the command is still running in any page of the range. ``o_flip.busy`` is
+    high while the command runs (and during the reset sweep); ``done`` and ``error`` are
+    levels, cleared by an accepted start and set when the command ends. A range beyond
+    the table ends it at once with ``error`` (FLIP_RANGE); ``pages = 0`` ends it at once
+    without; a start while busy is ignored (FLIP_BUSY).
+
+    **Host check.** The endpoint presents the device line address of each host request
+    on ``i_host_chk`` and serves the request only after the answer on ``o_host_chk``.
+    The DCOH answers once no access to the page that was granted before the check (or
+    whose forward was accepted at least one cycle before the check's handshake) is still
+    undone; a page in device bias is first set to host bias (``flipped = 1``), so the
+    host may then cache its lines. A line beyond device memory is answered at once with
+    ``error`` (CHK_RANGE). Checks are answered in order. Waiting needs only the device's
+    own accesses to finish, never a CXL message, so holding the host's request channel
+    for the answer cannot deadlock as long as no user makes a done wait for another
+    grant (``docs/dcoh.md``, "Rules for users").
+
+    **Latency** (idle DCOH, outputs ready): an ``i_acc`` handshake in cycle 0 puts a
+    host-bias D2H Req valid in cycle 2 and a device-bias (or error) grant valid in cycle
+    3; a forward taken in cycle *t* puts its grant valid in cycle *t* + 3. A check taken
+    in cycle *t* is answered in cycle *t* + 2 (host bias, nothing to drain) or *t* + 3
+    (device bias, nothing to drain). A flip works one page at a time: 3 cycles for a
+    skipped page; to device bias, the claims of the page's lines (one per cycle at
+    best), the host's answer to the last one and 5 cycles; to host bias, 5 or 6 cycles
+    plus the drain.
+
+    **Throughput.** One access decision per cycle, one grant per cycle, one D2H Req per
+    cycle (accesses and claims take turns when both wait), one forward and one done per
+    cycle (always ready), one check per cycle when nothing is drained. An entry is held
+    from the decision to the done, so accesses sustain ``min(1, cqids / T)`` per cycle
+    for an entry lifetime of ``T`` cycles (Little's law: host round trip plus memory
+    access in host bias, memory access alone in device bias).
+
+    **Backpressure.** ``i_fwd`` and ``i_done`` are always ready. ``i_acc.ready`` is low
+    while the decision stage holds an access that cannot go (no free entry; for host
+    bias, the D2H Req register full or taken by a claim), so it depends combinationally
+    on ``o_d2h_req.ready``; a full ``o_grant`` never blocks a decision.
+    ``i_host_chk.ready`` is low while a check is being answered; both are low during the
+    reset sweep. Every output stream is
+    a register that obeys the stream rules (valid does not wait for ready; valid and
+    payload hold until the transfer).
+
+    **Reset** (synchronous ``rst``) frees every entry and drops every request, grant,
+    check and flip in flight, then sweeps the bias table to host bias. The host side
+    and the users must be reset with it.
+
+    Parameters
+    ----------
+    pages : int
+        Pages of device memory, 1 to 2**24 (default 256); any number, not only powers
+        of two.
+    page_bytes : int
+        Bytes per page, a power of two from 64 to 2 MiB (default 4096).
+    cqids : int
+        Entries of the pool: CQIDs and grant handles, a power of two from 2 to 256
+        (default 64).
+    cqid_base : int
+        First CQID of the pool, a multiple of ``cqids`` with ``cqid_base + cqids <=
+        4096`` (default 0); chosen so the pool does not overlap the cache agent's CQIDs.
+    read_opcode : D2HReqOpcode
+        ``D2HReqOpcode.RdCurr`` (default) or ``D2HReqOpcode.RdShared``: the D2H Req of a
+        read of a host-bias page.
+
+    Members
+    -------
+    i_acc : ``In(stream.Signature(ACC_REQ))``
+        Device accesses asking for permission.
+    o_grant : ``Out(stream.Signature(grant_layout))``
+        Grants: ``tag``, ``handle``, ``error``, ``host_bias``; out of order.
+    i_done : ``In(stream.Signature(unsigned(log2(cqids))))``
+        Handle of a granted access whose memory access has finished (always ready).
+    o_d2h_req : ``Out(stream.Signature(D2HReq))``
+        RdCurr / RdShared / RdOwn / RdOwnNoData with the pool's CQIDs; NT and reserved
+        fields zero.
+    i_fwd : ``In(stream.Signature(M2SReq))``
+        MemRdFwd / MemWrFwd, Tag = CQID (always ready).
+    i_host_chk : ``In(stream.Signature(46))``
+        Device line address of a host access.
+    o_host_chk : ``Out(stream.Signature(CHK_RSP))``
+        Check answers, in check order.
+    hdm_base : ``In(46)``
+        Host line address of device line 0 (the endpoint's HDM base). May change only
+        while the DCOH is idle.
+    i_flip_start : ``In(1)``
+        Starts the flip command in ``i_flip`` (one-cycle pulse).
+    i_flip : ``In(flip_layout)``
+        ``first_page``, ``pages``, ``to_host``.
+    o_flip : ``Out(FLIP_STATUS)``
+        ``busy``, ``done``, ``error``.
+    o_err_set : ``Out(DcohError.COUNT)``
+        One-cycle pulse per error kind, registered: two cycles after a bad forward's
+        handshake, one cycle after a bad done's or flip start's handshake or an error
+        grant's transfer, with the error answer of a check becoming valid, one cycle
+        after a contended page is given up.
+    o_err_status : ``Out(DcohError.COUNT)``
+        Sticky ``o_err_set``; bits written in ``i_err_clear`` clear, a new error wins
+        over a clear in the same cycle.
+    i_err_clear : ``In(DcohError.COUNT)``
+        Write-1-to-clear for ``o_err_status``.
+    o_err_first : ``Out(ERR_INFO)``
+        The first error since ``o_err_status`` was last all zero (the lowest kind when
+        several come at once); meaningful while ``o_err_status`` is non-zero.
+    o_inflight : ``Out(range(cqids + 1))``
+        Entries in use.
+    o_busy : ``Out(1)``
+        Anything in flight anywhere in the DCOH, the reset sweep included.
+
+    Raises
+    ------
+    ValueError
+        If a parameter is out of its range or of the wrong type.
+    """
+
+    #: ``o_flip`` layout.
+    FLIP_STATUS = data.StructLayout({"busy": 1, "done": 1, "error": 1})
+
+    def __init__(self, *, pages: int = 256, page_bytes: int = 4096, cqids: int = 64,
+                 cqid_base: int = 0, read_opcode: D2HReqOpcode = D2HReqOpcode.RdCurr):
+        if not _is_int(pages) or not 1 <= pages <= 1 << 24:
+            raise ValueError(f"pages must be an integer from 1 to {1 << 24}, not {pages!r}")
+        if not _is_pow2(page_bytes) or not _LINE_BYTES <= page_bytes <= 1 << 21:
+            raise ValueError(f"page_bytes must be a power of two from {_LINE_BYTES} to "
+                             f"{1 << 21}, not {page_bytes!r}")
+        if not _is_pow2(cqids) or not 2 <= cqids <= 256:
+            raise ValueError(f"cqids must be a power of two from 2 to 256, not {cqids!r}")
+        top = (1 << _CQID_BITS) - cqids
+        if not _is_int(cqid_base) or not 0 <= cqid_base <= top or cqid_base % cqids:
+            raise ValueError(f"cqid_base must be a multiple of cqids ({cqids}) from 0 to "
+                             f"{top}, not {cqid_base!r}")
+        if read_opcode not in (D2HReqOpcode.RdCurr, D2HReqOpcode.RdShared):
+            raise ValueError(f"read_opcode must be D2HReqOpcode.RdCurr or "
+                             f"D2HReqOpcode.RdShared, not {read_opcode!r}")
+        self._pages = pages
+        self._page_bytes = page_bytes
+        self._cqids = cqids
+        self._cqid_base = cqid_base
+        self._read_opcode = read_opcode
+        page_bits = max(1, (pages - 1).bit_length())
+        self._grant_layout = data.StructLayout({
+            "tag": TAG_BITS, "handle": cqids.bit_length() - 1, "error": 1, "host_bias": 1})
+        self._flip_layout = data.StructLayout({
+            "first_page": page_bits, "pages": pages.bit_length(), "to_host": 1})
+        super().__init__({
+            "i_acc": In(stream.Signature(ACC_REQ)),
+            "o_grant": Out(stream.Signature(self._grant_layout)),
+            "i_done": In(stream.Signature(unsigned(cqids.bit_length() - 1))),
+            "o_d2h_req": Out(stream.Signature(D2HReq)),
+            "i_fwd": In(stream.Signature(M2SReq)),
+            "i_host_chk": In(stream.Signature(LINE_BITS)),
+            "o_host_chk": Out(stream.Signature(CHK_RSP)),
+            "hdm_base": In(LINE_BITS),
+            "i_flip_start": In(1),
+            "i_flip": In(self._flip_layout),
+            "o_flip": Out(self.FLIP_STATUS),
+            "o_err_set": Out(DcohError.COUNT),
+            "o_err_status": Out(DcohError.COUNT),
+            "i_err_clear": In(DcohError.COUNT),
+            "o_err_first": Out(ERR_INFO),
+            "o_inflight": Out(range(cqids + 1)),
+            "o_busy": Out(1),
+        })
+
+    @property
+    def pages(self) -> int:
+        return self._pages
+
+    @property
+    def page_bytes(self) -> int:
+        return self._page_bytes
+
+    @property
+    def lines_per_page(self) -> int:
+        return self._page_bytes // _LINE_BYTES
+
+    @property
+    def cqids(self) -> int:
+        return self._cqids
+
+    @property
+    def cqid_base(self) -> int:
+        return self._cqid_base
+
+    @property
+    def read_opcode(self) -> D2HReqOpcode:
+        return self._read_opcode
+
+    @property
+    def grant_layout(self) -> data.StructLayout:
+        """``o_grant`` payload: ``tag``, ``handle`` (``log2(cqids)`` bits), ``error``,
+        ``host_bias``."""
+        return self._grant_layout
+
+    @property
+    def flip_layout(self) -> data.StructLayout:
+        """``i_flip``: ``first_page`` (``max(1, ceil(log2(pages)))`` bits), ``pages``
+        (wide enough for ``pages``), ``to_host``."""
+        return self._flip_layout
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._cqids
+        k = n.bit_length() - 1                          # handle / entry index bits
+        shift = self.lines_per_page.bit_length() - 1    # log2(lines per page)
+        pb = self._flip_layout["first_page"].width     # page number bits
+        depth = max(self._pages, 2)     # a depth-1 memory would have a zero-width address
+        total_lines = self._pages << shift
+        err = Signal(DcohError.COUNT)   # this cycle's errors (registered onto o_err_set)
+        info = {}                       # kind -> (opcode, id, address) of this cycle's error
+
+        def page_of(line):
+            return line[shift:shift + pb]
+
+        # --- bias table ------------------------------------------------------------------
+        m.submodules.bias = bias = Memory(shape=1, depth=depth, init=[])
+        bias_wr = bias.write_port()
+        # Transparent: a decision taken in cycle d uses the value read in d - 1, which
+        # includes a write in d - 1. The race arguments in docs/dcoh.md rely on it.
+        bias_acc = bias.read_port(transparent_for=(bias_wr,))
+        bias_chk = bias.read_port(transparent_for=(bias_wr,))
+        bias_flip = bias.read_port(transparent_for=(bias_wr,))
+        clearing = Signal(init=1)       # reset sweep: write host bias everywhere
+        clr_addr = Signal(range(depth))
+
+        # --- entries: CQIDs and grant handles ---------------------------------------------
+        s_wait = Signal(n)      # access sent to the host, waiting for its forward
+        s_claim = Signal(n)     # RdOwnNoData of a flip, waiting for its MemRdFwd
+        s_ready = Signal(n)     # permitted, grant waiting to be picked
+        s_out = Signal(n)       # permitted, grant in the output register
+        s_granted = Signal(n)   # grant delivered, done expected
+        s_errg = Signal(n)      # error grant waiting to be picked
+        s_eout = Signal(n)      # error grant in the output register
+        e_page = [Signal(pb, name=f"e_page{i}") for i in range(n)]
+        m.submodules.info = info_mem = Memory(shape=_INFO, depth=n, init=[])
+        info_wr = info_mem.write_port()
+        # The forward check reads an entry in the cycle its forward is taken; an entry
+        # allocated in that very cycle must be seen with its new contents.
+        info_f = info_mem.read_port(transparent_for=(info_wr,))
+        # The grant reads an entry at least one cycle after it was written.
+        info_g = info_mem.read_port(transparent_for=())
+        free = Signal(n)
+        tracked = Signal(n)     # permitted and not done: what the drains wait for
+        m.d.comb += [
+            free.eq(~(s_wait | s_claim | s_ready | s_out | s_granted | s_errg | s_eout)),
+            tracked.eq(s_ready | s_out | s_granted),
+        ]
+        have_free = Signal()
+        alloc_idx = Signal(k)           # the lowest free entry
+        free_any, free_idx = _lowest(m, free, "free")
+        m.d.comb += [have_free.eq(free_any), alloc_idx.eq(free_idx)]
+        alloc_oh = _onehot(m, alloc_idx, n, "alloc_oh")
+
+        def page_match(page, name: str) -> Signal:
+            match = Signal(n, name=name)
+            m.d.comb += match.eq(Cat(*(e == page for e in e_page)))
+            return match
+
+        # Per-cycle state changes, applied together at the end.
+        set_wait, set_claim, set_ready, set_errg = Signal(n), Signal(n), Signal(n), Signal(n)
+        clr_wait, clr_claim, clr_granted = Signal(n), Signal(n), Signal(n)
+        picked_ok, picked_err = Signal(n), Signal(n)        # entries picked for o_grant
+        delivered_ok, delivered_err = Signal(n), Signal(n)  # grants transferred
+
+        # --- flip command state (declared early: the check and the gate look at it) ------
+        flip = self.i_flip
+        fst = self.o_flip
+        f_phase = Signal(range(9))
+        f_cur = Signal(pb)
+        f_end = Signal(pb + 2)
+        f_to_host = Signal()
+        f_line = Signal(shift + 1)      # lines of the page claimed so far
+        f_out = Signal(range(n + 1))    # claims waiting for their MemRdFwd
+        f_spoil = Signal()              # the host touched the page during its claims
+        f_err = Signal()
+        f_pending = Signal(n)
+        f_wr_req = Signal()
+        f_wr_val = Signal()
+        f_wr_go = Signal()
+        f_claiming = _named(m, eq_const(f_phase, _F_CLAIM) | eq_const(f_phase, _F_COMMIT),
+                            "f_claiming")
+
+        # --- stage B: the access's bias decision --------------------------------------------
+        acc = self.i_acc
+        ogr = self.o_grant
+        req = self.o_d2h_req
+        b_valid = Signal()
+        b = Signal(ACC_REQ)
+        b_go = Signal()
+        b_page = page_of(b.line)
+        b_in = _named(m, lt_const(b.line, total_lines), "b_in")
+        b_dev = bias_acc.data[0]
+        m.d.comb += [
+            acc.ready.eq(~clearing & (~b_valid | b_go)),
+            # A stalled decision re-reads its page, so it never acts on a stale bias.
+            bias_acc.addr.eq(Mux(b_valid & ~b_go, b_page, page_of(acc.p.line))),
+        ]
+        with m.If(acc.ready):
+            m.d.sync += b_valid.eq(acc.valid)
+            with m.If(acc.valid):
+                m.d.sync += b.eq(acc.payload)
+
+        # Every access takes an entry, even one granted with error, so that no decision
+        # waits for the grant output: the grant picker delivers them.
+        b_err_acc = b_valid & ~b_in
+        b_dev_acc = b_valid & b_in & b_dev
+        b_host_acc = b_valid & b_in & ~b_dev
+        req_free = ~req.valid | req.ready
+        b_res = Signal()
+        m.d.comb += b_res.eq(b_valid & have_free & (~b_host_acc | req_free))
+
+        # Claims of the flip compete with stage B for the allocator and the D2H register.
+        c_want = Signal()
+        c_res = Signal()
+        c_go = Signal()
+        m.d.comb += c_res.eq(c_want & have_free & req_free)
+
+        prefer_claim = Signal()         # round robin between accesses and claims
+        m.d.comb += [
+            b_go.eq(b_res & ~(c_res & prefer_claim)),
+            c_go.eq(c_res & ~b_go),
+        ]
+        alloc_any = _named(m, b_go | c_go, "alloc_any")
+        with m.If(c_go):
+            m.d.sync += prefer_claim.eq(0)
+        with m.Elif(b_go):
+            m.d.sync += prefer_claim.eq(1)
+
+        # Allocation (one per cycle) and the D2H Req register.
+        c_dev_line = Cat(f_line[:shift], f_cur)     # the line being claimed
+        b_host_line = Signal(LINE_BITS)
+        c_host_line = Signal(LINE_BITS)
+        cqid = Const(self._cqid_base, _CQID_BITS) | zext(alloc_idx, _CQID_BITS)
+        m.d.comb += [
+            b_host_line.eq(add(self.hdm_base, b.line, LINE_BITS)),
+            c_host_line.eq(add(self.hdm_base, c_dev_line, LINE_BITS)),
+            info_wr.en.eq(alloc_any),
+            info_wr.addr.eq(alloc_idx),
+            # An error grant keeps the requested (device) line for the error record.
+            info_wr.data.host_line.eq(Mux(c_go, c_host_line,
+                                          Mux(b_err_acc, b.line, b_host_line))),
+            info_wr.data.tag.eq(b.tag),
+            info_wr.data.write.eq(b.write & ~c_go),
+            info_wr.data.claim.eq(c_go),
+            info_wr.data.host_bias.eq(b_host_acc & ~c_go),
+            info_wr.data.error.eq(b_err_acc & ~c_go),
+            set_wait.eq(Mux(b_go & b_host_acc, alloc_oh, 0)),
+            set_claim.eq(Mux(c_go, alloc_oh, 0)),
+            set_errg.eq(Mux(b_go & b_err_acc, alloc_oh, 0)),
+        ]
+        new_page = _named(m, Mux(c_go, f_cur, b_page), "new_page")
+        for i, e in enumerate(e_page):
+            with m.If(alloc_any & alloc_oh[i]):
+                m.d.sync += e.eq(new_page)
+        rd_op = self._read_opcode.value
+        with m.If(b_go & b_host_acc):
+            m.d.sync += [
+                req.valid.eq(1),
+                req.p.opcode.eq(Mux(b.write, D2HReqOpcode.RdOwn.value, rd_op)),
+                req.p.cqid.eq(cqid),
+                req.p.address.eq(b_host_line),
+            ]
+        with m.Elif(c_go):
+            m.d.sync += [
+                req.valid.eq(1),
+                req.p.opcode.eq(D2HReqOpcode.RdOwnNoData.value),
+                req.p.cqid.eq(cqid),
+                req.p.address.eq(c_host_line),
+            ]
+        with m.Elif(req.ready):
+            m.d.sync += req.valid.eq(0)
+
+        # --- forwards: registered (F1), then checked against the entry they name ----------
+        fwd = self.i_fwd
+        f1_valid = Signal()
+        f1_op = Signal(4)
+        f1_tag = Signal(16)
+        f1_line = Signal(LINE_BITS)
+        m.d.comb += [fwd.ready.eq(1), info_f.addr.eq(fwd.p.tag[:k])]
+        m.d.sync += f1_valid.eq(fwd.valid)
+        with m.If(fwd.valid):
+            m.d.sync += [f1_op.eq(fwd.p.opcode), f1_tag.eq(fwd.p.tag),
+                         f1_line.eq(fwd.p.address[1:])]
+        f_idx = f1_tag[:k]
+        f_oh = _onehot(m, f_idx, n, "fwd_oh")
+        fi = info_f.data
+        f_ours = eq_const(f1_tag[k:], self._cqid_base >> k)
+        f_is_wait = _bit(m, s_wait, f_idx, "fwd_wait")
+        f_is_claim = _bit(m, s_claim, f_idx, "fwd_claim")
+        f_inflight = Signal()
+        f_op_ok = Signal()
+        f_good = Signal()
+        m.d.comb += [
+            f_inflight.eq(f1_valid & f_ours & (f_is_wait | f_is_claim)),
+            f_op_ok.eq(Mux(fi.write, eq_const(f1_op, M2SReqOpcode.MemWrFwd.value),
+                           eq_const(f1_op, M2SReqOpcode.MemRdFwd.value))),
+            f_good.eq(f_inflight & f_op_ok & (f1_line == fi.host_line)),
+            err[DcohError.FWD_NOT_IN_FLIGHT].eq(f1_valid & ~f_inflight),
+            err[DcohError.FWD_OPCODE].eq(f_inflight & ~f_op_ok),
+            err[DcohError.FWD_ADDRESS].eq(f_inflight & f_op_ok & (f1_line != fi.host_line)),
+            clr_wait.eq(Mux(f_good & f_is_wait, f_oh, 0)),
+            clr_claim.eq(Mux(f_good & f_is_claim, f_oh, 0)),
+        ]
+        fwd_info = (f1_op, f1_tag, f1_line)
+        for kind in (DcohError.FWD_NOT_IN_FLIGHT, DcohError.FWD_OPCODE,
+                     DcohError.FWD_ADDRESS):
+            info[kind] = fwd_info
+        f_claim_back = f_good & f_is_claim
+
+        # --- grants: a round-robin pick among the entries waiting, into o_grant ---------
+        m.d.comb += set_ready.eq(Mux(b_go & b_dev_acc, alloc_oh, 0) |
+                                 Mux(f_good & f_is_wait, f_oh, 0))
+        cand = _named(m, s_ready | s_errg, "cand")
+        g_ptr = Signal(k)               # the entry after the last one picked
+        g_idx = Signal(k)               # the entry whose grant is in o_grant
+        above = _named(m, Cat(*(lt_const(g_ptr, i + 1) for i in range(n))), "above")
+        pick_any, pick_wide = _lowest(m, Cat(cand & above, cand), "pick")
+        pick_idx = pick_wide[:k]
+        pick_oh = _onehot(m, pick_idx, n, "pick_oh")
+        g_load = ~ogr.valid | ogr.ready
+        pick = g_load & pick_any
+        m.d.comb += [
+            info_g.addr.eq(pick_idx),
+            info_g.en.eq(g_load),
+            # The payload is the read port's data, which holds while ``en`` is low.
+            ogr.p.tag.eq(info_g.data.tag),
+            ogr.p.error.eq(info_g.data.error),
+            ogr.p.host_bias.eq(info_g.data.host_bias),
+            ogr.p.handle.eq(g_idx),
+            picked_ok.eq(Mux(pick, pick_oh & s_ready, 0)),
+            picked_err.eq(Mux(pick, pick_oh & s_errg, 0)),
+        ]
+        with m.If(g_load):
+            m.d.sync += ogr.valid.eq(pick_any)
+        with m.If(pick):
+            m.d.sync += [g_idx.eq(pick_idx), g_ptr.eq(add(pick_idx, 1, k))]
+        g_oh = _onehot(m, g_idx, n, "grant_oh")
+        g_hs = ogr.valid & ogr.ready
+        m.d.comb += [
+            delivered_ok.eq(Mux(g_hs, g_oh & s_out, 0)),
+            delivered_err.eq(Mux(g_hs, g_oh & s_eout, 0)),
+            err[DcohError.ACC_RANGE].eq(delivered_err.any()),
+        ]
+        info[DcohError.ACC_RANGE] = (C(0, 4), ogr.p.tag, info_g.data.host_line)
+
+        # --- dones --------------------------------------------------------------------------
+        dn = self.i_done
+        d_oh = _onehot(m, dn.payload, n, "done_oh")
+        d_hit = Signal()
+        m.d.comb += [
+            dn.ready.eq(1),
+            d_hit.eq(dn.valid & _bit(m, s_granted, dn.payload, "done_granted")),
+            clr_granted.eq(Mux(d_hit, d_oh, 0)),
+            err[DcohError.DONE_UNEXPECTED].eq(dn.valid & ~d_hit),
+        ]
+        info[DcohError.DONE_UNEXPECTED] = (C(0, 4), zext(dn.payload, 16), C(0, LINE_BITS))
+
+        m.d.sync += [
+            s_wait.eq((s_wait & ~clr_wait) | set_wait),
+            s_claim.eq((s_claim & ~clr_claim) | set_claim),
+            s_ready.eq((s_ready & ~picked_ok) | set_ready),
+            s_out.eq((s_out & ~delivered_ok) | picked_ok),
+            s_granted.eq((s_granted & ~clr_granted) | delivered_ok),
+            s_errg.eq((s_errg & ~picked_err) | set_errg),
+            s_eout.eq((s_eout & ~delivered_err) | picked_err),
+        ]
+        used = self.o_inflight
+        freed = Signal(2)
+        m.d.comb += freed.eq(add(add(f_claim_back, d_hit, 2), delivered_err.any(), 2))
+        m.d.sync += used.eq(sub(add(used, alloc_any, len(used)), freed, len(used)))
+
+        # --- host check ---------------------------------------------------------------------
+        chk = self.i_host_chk
+        och = self.o_host_chk
+        k_valid = Signal()
+        k_line = Signal(LINE_BITS)
+        k_phase = Signal(2)
+        k_flipped = Signal()
+        k_pending = Signal(n)
+        k_done = Signal()
+        k_wr_req = Signal()
+        k_wr_go = Signal()
+        k_page = page_of(k_line)
+        k_in = _named(m, lt_const(k_line, total_lines), "k_in")
+        # Without this cycle's done: its entry leaves ``tracked`` only at the next edge.
+        k_snap = _named(m, page_match(k_page, "chk_match") & tracked & ~clr_granted, "k_snap")
+        och_free = ~och.valid | och.ready
+        # A check of the page a flip is claiming spoils that page's flip.
+        k_on_flip = Signal()
+        m.d.comb += [
+            k_on_flip.eq(k_valid & k_in & f_claiming & (k_page == f_cur)),
+            chk.ready.eq(~clearing & (~k_valid | k_done)),
+            bias_chk.addr.eq(page_of(chk.payload)),
+            bias_chk.en.eq(chk.ready),
+        ]
+
+        def snap_or_answer():
+            with m.If(~k_snap.any() & och_free):
+                m.d.comb += k_done.eq(1)
+            with m.Else():
+                m.d.sync += [k_pending.eq(k_snap), k_phase.eq(_K_WAIT)]
+
+        with m.If(k_valid), m.Switch(k_phase):
+            with m.Case(_K_DECIDE):
+                with m.If(~k_in):
+                    m.d.comb += k_done.eq(och_free)
+                with m.Elif(bias_chk.data[0]):
+                    m.d.comb += k_wr_req.eq(1)
+                    m.d.sync += k_phase.eq(Mux(k_wr_go, _K_SNAP, _K_WRITE))
+                    m.d.sync += k_flipped.eq(k_wr_go)
+                with m.Else():
+                    snap_or_answer()
+            with m.Case(_K_WRITE):
+                m.d.comb += k_wr_req.eq(1)
+                with m.If(k_wr_go):
+                    m.d.sync += [k_phase.eq(_K_SNAP), k_flipped.eq(1)]
+            with m.Case(_K_SNAP):
+                snap_or_answer()
+            with m.Case(_K_WAIT):
+                m.d.sync += k_pending.eq(k_pending & ~clr_granted)
+                m.d.comb += k_done.eq(~k_pending.any() & och_free)
+        with m.If(k_done):
+            m.d.sync += [och.valid.eq(1), och.p.flipped.eq(k_flipped), och.p.error.eq(~k_in)]
+        with m.Elif(och.ready):
+            m.d.sync += och.valid.eq(0)
+        m.d.comb += err[DcohError.CHK_RANGE].eq(k_done & ~k_in)
+        info[DcohError.CHK_RANGE] = (C(0, 4), C(0, 16), k_line)
+        with m.If(chk.ready):      # after the phase updates, so a new check starts clean
+            m.d.sync += k_valid.eq(chk.valid)
+            with m.If(chk.valid):
+                m.d.sync += [k_line.eq(chk.payload), k_phase.eq(_K_DECIDE), k_flipped.eq(0)]
+
+        # --- bias table writes: reset sweep, then the check, then the flip ---------------
+        with m.If(clearing):
+            m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(clr_addr), bias_wr.data.eq(0)]
+            m.d.sync += clr_addr.eq(add(clr_addr, 1, len(clr_addr)))
+            with m.If(eq_const(clr_addr, depth - 1)):
+                m.d.sync += clearing.eq(0)
+        with m.Elif(k_wr_req):
+            m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(k_page), bias_wr.data.eq(0),
+                         k_wr_go.eq(1)]
+        with m.Elif(f_wr_req):
+            m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(f_cur), bias_wr.data.eq(f_wr_val),
+                         f_wr_go.eq(1)]
+
+        # --- flip command ---------------------------------------------------------------
+        f_busy = ~eq_const(f_phase, _F_IDLE)
+        f_match = page_match(f_cur, "flip_match")
+        flip_end = _named(m, add(flip.first_page, flip.pages, pb + 2), "flip_end")
+        m.d.comb += [
+            bias_flip.addr.eq(f_cur),
+            fst.busy.eq(f_busy | clearing),
+            c_want.eq(eq_const(f_phase, _F_CLAIM) & ~f_line[shift]),
+        ]
+        with m.If(c_go):
+            m.d.sync += f_line.eq(add(f_line, 1, shift + 1))
+        m.d.sync += f_out.eq(sub(add(f_out, c_go, len(f_out)), f_claim_back, len(f_out)))
+        with m.If(k_on_flip):
+            m.d.sync += f_spoil.eq(1)
+
+        with m.Switch(f_phase):
+            with m.Case(_F_READ):       # the page's bias is read in this cycle
+                m.d.sync += f_phase.eq(_F_DECIDE)
+            with m.Case(_F_DECIDE):
+                with m.If(f_to_host):
+                    # A page already in host bias is drained all the same: a host check
+                    # may have flipped it back and still be waiting for its accesses.
+                    m.d.sync += f_phase.eq(Mux(bias_flip.data[0], _F_BWRITE, _F_BSNAP))
+                with m.Elif(bias_flip.data[0]):     # already in device bias: skipped
+                    m.d.sync += f_phase.eq(_F_NEXT)
+                with m.Else():
+                    m.d.sync += f_phase.eq(_F_CLAIM)
+                m.d.sync += [f_line.eq(0), f_spoil.eq(0)]
+            with m.Case(_F_CLAIM), m.If(f_line[shift] & ~f_out.any()):
+                m.d.sync += f_phase.eq(_F_COMMIT)
+            with m.Case(_F_COMMIT):
+                with m.If(f_spoil | k_on_flip):
+                    m.d.sync += [f_err.eq(1), f_phase.eq(_F_NEXT)]
+                    m.d.comb += err[DcohError.FLIP_CONTENDED].eq(1)
+                with m.Else():
+                    m.d.comb += [f_wr_req.eq(1), f_wr_val.eq(1)]
+                    with m.If(f_wr_go):
+                        m.d.sync += f_phase.eq(_F_NEXT)
+            with m.Case(_F_BWRITE):
+                m.d.comb += [f_wr_req.eq(1), f_wr_val.eq(0)]
+                with m.If(f_wr_go):
+                    m.d.sync += f_phase.eq(_F_BSNAP)
+            with m.Case(_F_BSNAP):      # accesses decided up to the write are tracked now
+                m.d.sync += [f_pending.eq(f_match & tracked & ~clr_granted),
+                             f_phase.eq(_F_BWAIT)]
+            with m.Case(_F_BWAIT):
+                m.d.sync += f_pending.eq(f_pending & ~clr_granted)
+                with m.If(~f_pending.any()):
+                    m.d.sync += f_phase.eq(_F_NEXT)
+            with m.Case(_F_NEXT):
+                nxt = Signal(pb + 2)
+                m.d.comb += nxt.eq(add(f_cur, 1, pb + 2))
+                with m.If(nxt == f_end):
+                    m.d.sync += [f_phase.eq(_F_IDLE), fst.done.eq(1), fst.error.eq(f_err)]
+                with m.Else():
+                    m.d.sync += [f_cur.eq(nxt[:pb]), f_phase.eq(_F_READ)]
+        info[DcohError.FLIP_CONTENDED] = (C(0, 4), C(0, 16), zext(f_cur, LINE_BITS))
+
+        start = self.i_flip_start
+        with m.If(start & (f_busy | clearing)):
+            m.d.comb += err[DcohError.FLIP_BUSY].eq(1)
+        with m.Elif(start):
+            m.d.sync += [fst.done.eq(0), fst.error.eq(0)]
+            with m.If(~flip.pages.any()):
+                m.d.sync += fst.done.eq(1)
+            with m.Elif(~lt_const(flip_end, self._pages + 1)):
+                m.d.sync += [fst.done.eq(1), fst.error.eq(1)]
+                m.d.comb += err[DcohError.FLIP_RANGE].eq(1)
+            with m.Else():
+                m.d.sync += [f_phase.eq(_F_READ), f_cur.eq(flip.first_page),
+                             f_end.eq(flip_end), f_to_host.eq(flip.to_host), f_err.eq(0)]
+        flip_info = (C(0, 4), C(0, 16), zext(flip.first_page, LINE_BITS))
+        info[DcohError.FLIP_RANGE] = info[DcohError.FLIP_BUSY] = flip_info
+
+        # --- errors -------------------------------------------------------------------------
+        # The lowest kind raised this cycle names the error recorded as the first one.
+        now = Signal(ERR_INFO)
+        chosen = [C(0, 4), C(0, 4), C(0, 16), C(0, LINE_BITS)]
+        for kind in reversed(range(DcohError.COUNT)):
+            fields = (C(kind, 4), *info[kind])
+            chosen = [Mux(err[kind], f, c) for f, c in zip(fields, chosen, strict=True)]
+        m.d.comb += [now.code.eq(chosen[0]), now.opcode.eq(chosen[1]), now.id.eq(chosen[2]),
+                     now.address.eq(chosen[3])]
+        kept = Signal(DcohError.COUNT)
+        m.d.comb += kept.eq(self.o_err_status & ~self.i_err_clear)
+        m.d.sync += [self.o_err_set.eq(err), self.o_err_status.eq(kept | err)]
+        with m.If(~kept.any() & err.any()):
+            m.d.sync += self.o_err_first.eq(now)
+
+        m.d.comb += self.o_busy.eq(~free.all() | b_valid | f1_valid | ogr.valid | req.valid |
+                                   k_valid | och.valid | f_busy | clearing)
+        return m
