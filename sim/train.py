@@ -43,11 +43,11 @@ __all__ = ["SIM_OVERRIDES", "ReferenceRun", "main", "reference_train", "simulati
 
 #: Overrides of a preset's fields (``Workload.with_overrides``) that ``make sim`` applies
 #: so that a run stays within about five minutes of wall time on Verilator. Measured
-#: (docs/training.md): the device's UPDATE is miss-bound (~200 cycles per distinct row),
-#: so a 32-sample batch of the ``default`` preset costs 150,000-170,000 TrainingCXL
-#: cycles (about 55 s of simulation at ~2,900 cycles/s) and 20 of them would take about
-#: twenty minutes; 8-sample batches cost ~42,000 cycles, and 10 of them make the whole run
-#: about four minutes. Tables, dimensions, MLPs, pooling and K stay the preset's.
+#: (docs/training.md): a 32-sample batch of the ``default`` preset cost 150,000-170,000
+#: TrainingCXL cycles when UPDATE was miss-bound at ~200 cycles per distinct row (about
+#: 55 s of simulation at ~2,900 cycles/s); 8-sample batches cost ~42,000 cycles then and
+#: ~15,000 now (docs/performance.md, "Whole system"), and 10 of them keep the whole run
+#: to a few minutes. Tables, dimensions, MLPs, pooling and K stay the preset's.
 SIM_OVERRIDES: dict[str, dict] = {"default": {"batch": 8, "batches": 10}}
 
 MODES = ("trainingcxl", "baseline")
