@@ -169,12 +169,20 @@ SYSTEM_OVERRIDES: dict[str, dict[str, int]] = {
 
 
 def bench_system(config_name: str, sim: str, seed: int | None) -> dict:
+    from .train import device_bytes
     from .train import main as train_main
+    from .workloads import get_workload
 
+    config = load_config(config_name)
     seed = 1 if seed is None else seed
     t0 = time.monotonic()
     presets = {}
     for preset, overrides in SYSTEM_OVERRIDES.items():
+        need = device_bytes(get_workload(preset).with_overrides(**overrides), config)
+        if need > config.hdm_size:
+            print(f"  preset {preset}: skipped, needs {need} bytes of device memory")
+            presets[preset] = {"skipped": f"needs {need} bytes, hdm_size {config.hdm_size}"}
+            continue
         print(f"  preset {preset} {overrides} ...")
         prefix = BUILD / "bench" / "raw" / f"system-{preset}-{config_name}-{sim}"
         argv = ["--preset", preset, "--config", config_name, "--sim", sim, "--seed", str(seed),

@@ -38,8 +38,8 @@ from . import embedding
 from .dlrm import DLRM
 from .workloads import SyntheticClicks, Workload, get_workload
 
-__all__ = ["SIM_OVERRIDES", "ReferenceRun", "main", "reference_train", "simulation_seconds",
-           "tables_digest"]
+__all__ = ["SIM_OVERRIDES", "ReferenceRun", "device_bytes", "main", "reference_train",
+           "simulation_seconds", "tables_digest"]
 
 #: Overrides of a preset's fields (``Workload.with_overrides``) that ``make sim`` applies
 #: so that a run stays within about five minutes of wall time on Verilator. Measured
@@ -286,7 +286,7 @@ class _Follower:
         self._thread.join(timeout=5)
 
 
-def _device_bytes(workload: Workload, config) -> int:
+def device_bytes(workload: Workload, config) -> int:
     """An upper bound of the device memory a run lays out: the tables, an undo log with
     a slot for every index a batch can have, four MLP areas (two slots, two staging)."""
     lpr = embedding.lines_per_row(workload.dim, workload.dtype)
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args.config)
     if args.preset is None:
         default = get_workload("default").with_overrides(**SIM_OVERRIDES["default"])
-        args.preset = "default" if _device_bytes(default, config) <= config.hdm_size else "tiny"
+        args.preset = "default" if device_bytes(default, config) <= config.hdm_size else "tiny"
     overrides = dict(SIM_OVERRIDES.get(args.preset, {}))
     if args.batches:
         overrides["batches"] = args.batches

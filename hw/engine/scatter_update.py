@@ -105,11 +105,10 @@ class ScatterUpdate(wiring.Component):
     slot from ``i_lines``. Later items of a cached row update the cached copy in order,
     which is the contract's sequential semantics. At ``last`` every cached row is
     written back (only the slots holding a row are visited, and the write-backs follow
-    each other without waiting for their Bs), every
-    B awaited, the cache invalidated, and ``o_done`` reports ``rows_written``
-    (write-backs: row misses) and ``updates`` (items with ``line == 0``: counted
-    indices). A row is therefore written once per descriptor unless another row of the
-    same slot evicted it in between.
+    each other without waiting for their Bs), every B awaited, the cache invalidated,
+    and ``o_done`` reports ``rows_written`` (write-backs: row misses) and ``updates``
+    (items with ``line == 0``: counted indices). A row is therefore written once per
+    descriptor unless another row of the same slot evicted it in between.
     **Read-ahead lines.** ``i_lines`` carries, for every counted index in item order,
     the ``lines_per_row`` lines of its row as the engine's
     :class:`~.row_gather.RowGather` read them ahead, many reads in flight. The first
@@ -530,9 +529,8 @@ class ScatterUpdate(wiring.Component):
                         m.d.sync += state.eq(_State.WB_READ)
             with m.Case(_State.WB_WAIT):
                 # A miss's fill reads another row than the one written back, so it
-                # starts at once, its read latency hiding the write's; the next miss
-                # waits for these Bs (above). The flush goes on to the next slot and
-                # awaits every B at its end.
+                # starts at once; a later fill from PMEM waits for these Bs (above). The
+                # flush goes on to the next slot and awaits every B at its end.
                 m.d.sync += rows_written.eq(add(rows_written, 1, 32))
                 with m.If(~flushing):
                     start_fill(m)
