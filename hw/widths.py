@@ -8,9 +8,9 @@ compare only the constant's own bits and test the bits above it for zero.
 
 from __future__ import annotations
 
-from amaranth.hdl import C, Cat, Const
+from amaranth.hdl import C, Cat, Const, Signal
 
-__all__ = ["eq_const", "lt_const", "zext"]
+__all__ = ["eq_const", "is_int", "is_pow2", "lt_const", "select_bit", "zext"]
 
 
 def eq_const(value, const: int):
@@ -41,3 +41,20 @@ def zext(value, width: int):
     if len(value) >= width:
         return value[:width]
     return Cat(value, Const(0, width - len(value)))
+
+
+def is_int(value) -> bool:
+    """``value`` is an ``int`` and not a ``bool`` (for parameter validation)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_pow2(value) -> bool:
+    """``value`` is an ``int`` power of two."""
+    return is_int(value) and value > 0 and value & (value - 1) == 0
+
+
+def select_bit(m, vector, index, name: str):
+    """``vector[index]`` for a signal ``index``, with the shift at full width for lint."""
+    shifted = Signal(len(vector), name=name)
+    m.d.comb += shifted.eq(vector >> index)
+    return shifted[0]

@@ -16,6 +16,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..arith.fp32 import add, sub
 from ..widths import eq_const, zext
+from ..widths import is_pow2 as _is_pow2
+from ..widths import select_bit as _bit
 from .messages import (
     LINE_BITS,
     D2HData,
@@ -89,21 +91,6 @@ class ReadGo(py_enum.Enum):
     #: GO"); errors then arrive as the H2D Data header's GO-Err or Poison bit. Any H2D
     #: Rsp naming a read CQID is RSP_UNEXPECTED.
     NONE = "none"
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_pow2(value) -> bool:
-    return _is_int(value) and value > 0 and value & (value - 1) == 0
-
-
-def _bit(m: Module, vector: Signal, index, name: str):
-    """``vector[index]`` for a signal ``index``, with the shift at full width for lint."""
-    shifted = Signal(len(vector), name=name)
-    m.d.comb += shifted.eq(vector >> index)
-    return shifted[0]
 
 
 class CacheAgent(wiring.Component):

@@ -14,6 +14,9 @@ from amaranth.lib.wiring import In, Out
 
 from ..arith.fp32 import add, sub
 from ..widths import eq_const, lt_const, zext
+from ..widths import is_int as _is_int
+from ..widths import is_pow2 as _is_pow2
+from ..widths import select_bit as _bit
 from .cache_agent import TAG_BITS
 from .messages import D2HReq, D2HReqOpcode, M2SReq, M2SReqOpcode
 
@@ -69,21 +72,6 @@ class DcohError:
 #: Entry info, written when a CQID / handle is allocated.
 _INFO = data.StructLayout({"host_line": LINE_BITS, "tag": TAG_BITS, "write": 1, "claim": 1,
                            "host_bias": 1, "error": 1})
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_pow2(value) -> bool:
-    return _is_int(value) and value > 0 and value & (value - 1) == 0
-
-
-def _bit(m: Module, vector: Signal, index, name: str):
-    """``vector[index]`` for a signal ``index``, with the shift at full width for lint."""
-    shifted = Signal(len(vector), name=name)
-    m.d.comb += shifted.eq(vector >> index)
-    return shifted[0]
 
 
 def _named(m: Module, value, name: str) -> Signal:
