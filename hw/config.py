@@ -82,6 +82,18 @@ class DeviceConfig:
     mlp_relax_k:
         Reset value of ``CK_MLP_K``: how many batches the MLP checkpoint may lag the
         embeddings before a COMMIT waits for it (0 to 65535).
+    page_bytes:
+        Bias-table page of the DCOH (power of two, 64 B to 2 MiB, at most
+        ``pmem_size``): the bias table holds ``pmem_size / page_bytes`` bits and its
+        reset sweep takes that many cycles (``docs/dcoh.md``).
+    dcoh_cqids:
+        Entries of the DCOH: device accesses permitted and not yet finished, and its
+        CQIDs 2048 and up (power of two, 2 to 256). Device-bias accesses hold one for
+        the PMEM latency, so one line per cycle needs about that many.
+    cache_cqids, cache_write_cqids:
+        Read and write CQIDs of the CXL.cache agent (powers of two; reads 2 to 2048,
+        writes 2 to ``cache_cqids``). Reads of GPU memory at one line per cycle need
+        about the host's response latency in flight.
     """
 
     name: str = "default"
@@ -101,6 +113,10 @@ class DeviceConfig:
     ckpt_filter_rows: int = 256
     ckpt_fifo_lines: int = 64
     mlp_relax_k: int = 4
+    page_bytes: int = 4096
+    dcoh_cqids: int = 64
+    cache_cqids: int = 128
+    cache_write_cqids: int = 16
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -161,6 +177,23 @@ class DeviceConfig:
         if not _is_pow2(self.update_cache_rows) or not 2 <= self.update_cache_rows <= 256:
             raise ValueError("update_cache_rows must be a power of two between 2 and 256, "
                              f"not {self.update_cache_rows}")
+        if (not _is_pow2(self.page_bytes) or not 64 <= self.page_bytes <= (1 << 21)
+                or self.page_bytes > self.pmem_size):
+            raise ValueError("page_bytes must be a power of two between 64 and 2 MiB and at "
+                             f"most pmem_size, not {self.page_bytes}")
+        if self.pmem_size // self.page_bytes > (1 << 24):
+            raise ValueError(f"pmem_size / page_bytes must be at most 2**24 pages, not "
+                             f"{self.pmem_size // self.page_bytes}")
+        if not _is_pow2(self.dcoh_cqids) or not 2 <= self.dcoh_cqids <= 256:
+            raise ValueError(
+                f"dcoh_cqids must be a power of two between 2 and 256, not {self.dcoh_cqids}")
+        if not _is_pow2(self.cache_cqids) or not 2 <= self.cache_cqids <= 2048:
+            raise ValueError("cache_cqids must be a power of two between 2 and 2048, not "
+                             f"{self.cache_cqids}")
+        if (not _is_pow2(self.cache_write_cqids)
+                or not 2 <= self.cache_write_cqids <= self.cache_cqids):
+            raise ValueError("cache_write_cqids must be a power of two between 2 and "
+                             f"cache_cqids, not {self.cache_write_cqids}")
 
     # Derived values: read-only, computed from the fields so they can never disagree.
     @property
@@ -191,6 +224,11 @@ class DeviceConfig:
     def engine_max_lines(self) -> int:
         """Lines of the longest row (an fp32 row of ``engine_max_dim``)."""
         return self.engine_max_dim * 4 // self.line_bytes
+
+    @property
+    def dcoh_pages(self) -> int:
+        """Pages of the DCOH's bias table: all of device memory."""
+        return self.pmem_size // self.page_bytes
 
     @property
     def log_slot_lines(self) -> int:

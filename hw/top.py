@@ -1,17 +1,21 @@
-"""The TrainingCXL device top: CXL.mem endpoint, embedding engine, CSR block and the
-PMEM port.
+"""The TrainingCXL device top: CXL.mem endpoint, DCOH, CXL.cache agent, embedding
+engine (with the checkpoint logger, recovery and MLP copier), CSR block and the PMEM
+port.
 
-Host CXL.mem traffic reaches PMEM through :class:`~hw.cxl.mem_endpoint.MemEndpoint`;
-the :class:`~hw.engine.engine.Engine` executes the descriptor ring; an
-:class:`~hw.bus.axi_arbiter.AxiArbiter` shares the PMEM port between them (one
-priority class, round-robin); everything is configured and observed through
-:class:`~hw.csr.bank.CsrBank`. Later issues add the DCOH / CXL.cache agent and the
-checkpoint logger behind the same ports.
+Host CXL.mem traffic passes the :class:`~hw.cxl.m2s_router.M2sRouter` (forwards to the
+:class:`~hw.cxl.dcoh.Dcoh`, host checks of the bias table) and reaches PMEM through
+:class:`~hw.cxl.mem_endpoint.MemEndpoint`; the :class:`~hw.engine.engine.Engine`
+executes the descriptor ring, its PMEM accesses gated by the DCOH; an
+:class:`~hw.bus.axi_arbiter.AxiArbiter` shares the PMEM port between the two (one
+priority class, round-robin). The :class:`~hw.cxl.cache_agent.CacheAgent` reads and
+writes GPU memory for the engine (MLP snapshots, completion records) and shares the D2H
+Req channel with the DCOH. Everything is configured and observed through
+:class:`~hw.csr.bank.CsrBank`.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,12 +23,56 @@ from .bus.axi import AXI4LiteSignature, AXI4Signature
 from .bus.axi_arbiter import AxiArbiter
 from .config import DeviceConfig
 from .csr.bank import CsrBank
+from .cxl.cache_agent import CacheAgent
+from .cxl.dcoh import Dcoh
+from .cxl.m2s_router import M2sRouter
 from .cxl.mem_endpoint import MemEndpoint
-from .cxl.messages import S2MDRS, S2MNDR, M2SReq, M2SRwD
+from .cxl.messages import (
+    S2MDRS,
+    S2MNDR,
+    D2HData,
+    D2HReq,
+    D2HRsp,
+    H2DData,
+    H2DReq,
+    H2DRsp,
+    M2SReq,
+    M2SRwD,
+)
 from .engine.engine import Engine
 from .widths import zext
 
-__all__ = ["Device"]
+__all__ = ["DCOH_CQID_BASE", "Device"]
+
+#: First CQID of the DCOH's pool: clear of the CXL.cache agent's CQIDs (0 ..
+#: cache_cqids + cache_write_cqids - 1, at most 4,095 with 2,048 + 2,048), so the host
+#: tells the two apart by CQID as well as by address.
+DCOH_CQID_BASE = 2048
+
+
+def _merge(m: Module, a, b, out, name: str) -> None:
+    """Round-robin merge of two register-output streams ``a`` and ``b`` into ``out``;
+    the choice holds while ``out`` waits, so valid and payload hold until the transfer
+    (the stream rules)."""
+    last = Signal(name=f"{name}_last")      # the stream taken last (1: b)
+    hold = Signal(name=f"{name}_hold")      # ``out`` waited: keep ``held``
+    held = Signal(name=f"{name}_held")
+    pick = Signal(name=f"{name}_pick")
+    with m.If(hold):
+        m.d.comb += pick.eq(held)
+    with m.Elif(a.valid & b.valid):
+        m.d.comb += pick.eq(~last)
+    with m.Else():
+        m.d.comb += pick.eq(b.valid)
+    m.d.comb += [
+        out.valid.eq(a.valid | b.valid),
+        out.p.eq(Mux(pick, b.p, a.p)),
+        a.ready.eq(out.ready & ~pick),
+        b.ready.eq(out.ready & pick),
+    ]
+    m.d.sync += [hold.eq(out.valid & ~out.ready), held.eq(pick)]
+    with m.If(out.valid & out.ready):
+        m.d.sync += last.eq(pick)
 
 
 class Device(wiring.Component):
@@ -46,6 +94,12 @@ class Device(wiring.Component):
         CXL.mem requests from the host (``M2SReq`` / ``M2SRwD`` streams).
     o_s2m_ndr, o_s2m_drs:
         CXL.mem responses to the host.
+    o_d2h_req, o_d2h_rsp, o_d2h_data, i_h2d_req, i_h2d_rsp, i_h2d_data:
+        CXL.cache channels (``D2HReq`` / ``D2HRsp`` / ``D2HData`` out, ``H2DReq`` /
+        ``H2DRsp`` / ``H2DData`` in). D2H Req carries the agent's reads and writes of
+        GPU memory (CQIDs below ``cache_cqids + cache_write_cqids``) and the DCOH's
+        requests for device lines in host bias (CQIDs from :data:`DCOH_CQID_BASE`,
+        addresses inside the HDM range).
     pmem:
         AXI4 manager to persistent memory (512-bit data, ``config.pmem_id_width`` ID
         bits: the top bit is 0 for the memory endpoint's requests, 1 for the engine's).
@@ -62,6 +116,12 @@ class Device(wiring.Component):
             "i_m2s_rwd": In(stream.Signature(M2SRwD)),
             "o_s2m_ndr": Out(stream.Signature(S2MNDR)),
             "o_s2m_drs": Out(stream.Signature(S2MDRS)),
+            "o_d2h_req": Out(stream.Signature(D2HReq)),
+            "o_d2h_rsp": Out(stream.Signature(D2HRsp)),
+            "o_d2h_data": Out(stream.Signature(D2HData)),
+            "i_h2d_req": In(stream.Signature(H2DReq)),
+            "i_h2d_rsp": In(stream.Signature(H2DRsp)),
+            "i_h2d_data": In(stream.Signature(H2DData)),
             "pmem": Out(AXI4Signature(addr_width=config.pmem_addr_width,
                                       data_width=config.line_bits,
                                       id_width=config.pmem_id_width)),
@@ -74,6 +134,12 @@ class Device(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        cfg = self._config
+        m.submodules.router = router = M2sRouter()
+        m.submodules.dcoh = dcoh = Dcoh(pages=cfg.dcoh_pages, page_bytes=cfg.page_bytes,
+                                        cqids=cfg.dcoh_cqids, cqid_base=DCOH_CQID_BASE)
+        m.submodules.cache_agent = agent = CacheAgent(cqids=cfg.cache_cqids,
+                                                      write_cqids=cfg.cache_write_cqids)
         m.submodules.endpoint = endpoint = MemEndpoint(config=self._config)
         m.submodules.csr_bank = regs = CsrBank(config=self._config)
         m.submodules.engine = engine = Engine(config=self._config)
@@ -81,8 +147,13 @@ class Device(wiring.Component):
             addr_width=self._config.pmem_addr_width, data_width=self._config.line_bits,
             id_width=self._config.axi_id_width, priorities=[0, 0])
 
-        wiring.connect(m, wiring.flipped(self.i_m2s_req), endpoint.i_m2s_req)
-        wiring.connect(m, wiring.flipped(self.i_m2s_rwd), endpoint.i_m2s_rwd)
+        wiring.connect(m, wiring.flipped(self.i_m2s_req), router.i_req)
+        wiring.connect(m, wiring.flipped(self.i_m2s_rwd), router.i_rwd)
+        wiring.connect(m, router.o_req, endpoint.i_m2s_req)
+        wiring.connect(m, router.o_rwd, endpoint.i_m2s_rwd)
+        wiring.connect(m, router.o_fwd, dcoh.i_fwd)
+        wiring.connect(m, router.o_chk, dcoh.i_host_chk)
+        wiring.connect(m, dcoh.o_host_chk, router.i_chk)
         wiring.connect(m, endpoint.o_s2m_ndr, wiring.flipped(self.o_s2m_ndr))
         wiring.connect(m, endpoint.o_s2m_drs, wiring.flipped(self.o_s2m_drs))
         wiring.connect(m, endpoint.pmem, arbiter.m0)
@@ -91,10 +162,15 @@ class Device(wiring.Component):
         wiring.connect(m, wiring.flipped(self.csr), regs.csr)
 
         # HDM decoder: byte registers -> line address / line count (Addr[51:6]).
+        hdm_base = Cat(regs.hdm_base_lo[6:32], regs.hdm_base_hi[0:20])
+        hdm_size = zext(Cat(regs.hdm_size_lo[6:32], regs.hdm_size_hi[0:20]),
+                        len(endpoint.hdm_size))
         m.d.comb += [
-            endpoint.hdm_base.eq(Cat(regs.hdm_base_lo[6:32], regs.hdm_base_hi[0:20])),
-            endpoint.hdm_size.eq(zext(Cat(regs.hdm_size_lo[6:32], regs.hdm_size_hi[0:20]),
-                                         len(endpoint.hdm_size))),
+            endpoint.hdm_base.eq(hdm_base),
+            endpoint.hdm_size.eq(hdm_size),
+            router.hdm_base.eq(hdm_base),
+            router.hdm_size.eq(hdm_size),
+            dcoh.hdm_base.eq(hdm_base),
         ]
 
         # Errors: the endpoint pulses one status bit per error kind; the capture registers
@@ -163,6 +239,57 @@ class Device(wiring.Component):
             regs.ck_mlp_lines_inc.eq(engine.ev_mlp_line),
             regs.ck_mlp_stall_inc.eq(engine.ev_mlp_stall),
             engine.ck_mlp_k.eq(regs.ck_mlp_k),
+        ]
+
+        # Coherence (docs/dcoh.md, docs/cxl-cache.md): mode, flips, errors, counters.
+        hdm_d, mlp_src_host, cq_host = regs.coh_ctrl[0], regs.coh_ctrl[1], regs.coh_ctrl[2]
+        _merge(m, agent.o_d2h_req, dcoh.o_d2h_req, self.o_d2h_req, "d2h_req")
+        wiring.connect(m, agent.o_d2h_rsp, wiring.flipped(self.o_d2h_rsp))
+        wiring.connect(m, agent.o_d2h_data, wiring.flipped(self.o_d2h_data))
+        wiring.connect(m, wiring.flipped(self.i_h2d_req), agent.i_h2d_req)
+        wiring.connect(m, wiring.flipped(self.i_h2d_rsp), agent.i_h2d_rsp)
+        wiring.connect(m, wiring.flipped(self.i_h2d_data), agent.i_h2d_data)
+        wiring.connect(m, engine.o_cache_rd, agent.i_rd)
+        wiring.connect(m, agent.o_rd, engine.i_cache_rd)
+        wiring.connect(m, engine.o_cache_wr, agent.i_wr)
+        wiring.connect(m, agent.o_wr, engine.i_cache_wr)
+        flip = dcoh.i_flip
+        m.d.comb += [
+            router.enable.eq(hdm_d),
+            engine.mlp_src_host.eq(mlp_src_host),
+            engine.cq_host.eq(cq_host),
+            engine.cq_host_line.eq(Cat(regs.coh_cq_host_base_lo[6:32],
+                                       regs.coh_cq_host_base_hi[0:20])),
+            dcoh.i_flip_start.eq(regs.coh_flip[0]),
+            flip.first_page.eq(regs.coh_flip_first),
+            flip.pages.eq(regs.coh_flip_pages),
+            flip.to_host.eq(regs.coh_flip[1]),
+            regs.coh_flip_status.eq(Cat(dcoh.o_flip.busy, dcoh.o_flip.done,
+                                        dcoh.o_flip.error)),
+        ]
+        for block, name in ((dcoh, "coh_dcoh_err"), (agent, "coh_cache_err")):
+            first = block.o_err_first
+            m.d.comb += [
+                getattr(regs, f"{name}_set").eq(block.o_err_set),
+                # The block keeps its own first-error record: its status clears with
+                # the register's bits, so "first since all clear" means the same.
+                block.i_err_clear.eq(~getattr(regs, name)),
+                getattr(regs, f"{name}_info").eq(Cat(zext(first.code, 4), zext(first.opcode, 12),
+                                                     zext(first.id, 16))),
+            ]
+        m.d.comb += [
+            regs.coh_dcoh_err_addr_lo.eq(dcoh.o_err_first.address[0:32]),
+            regs.coh_dcoh_err_addr_hi.eq(dcoh.o_err_first.address[32:46]),
+        ]
+        grant = dcoh.o_grant
+        granted = grant.valid & grant.ready & ~grant.p.error
+        chk = dcoh.o_host_chk
+        m.d.comb += [
+            regs.coh_grants_device_inc.eq(granted & ~grant.p.host_bias),
+            regs.coh_grants_host_inc.eq(granted & grant.p.host_bias),
+            regs.coh_host_flips_inc.eq(chk.valid & chk.ready & chk.p.flipped),
+            regs.coh_rd_lines_inc.eq(agent.o_rd.valid & agent.o_rd.ready),
+            regs.coh_wr_lines_inc.eq(agent.o_wr.valid & agent.o_wr.ready),
         ]
         return m
 

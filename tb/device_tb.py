@@ -72,6 +72,7 @@ class DeviceTB:
         self.backpressure = NOISE if backpressure is True else float(backpressure)
 
         self.loop = CycleLoop(dut.clk)
+        self.tie_off_cxl_cache()
         self.bfm = CxlMemBfm(dut, self.loop, rng=self.rng, idle=self.idle,
                              backpressure=self.backpressure)
         self.timing = timing or self.timing_from_params(self.params, self.rng)
@@ -88,6 +89,16 @@ class DeviceTB:
         self.agent = HostAgent(self.config, self.bfm, self.loop, rng=self.rng,
                                pmem_line=self.pmem_line, log=self.log,
                                max_outstanding=max_outstanding)
+
+    def tie_off_cxl_cache(self) -> None:
+        """CXL.cache channels idle: no H2D message, no D2H message taken. A bench that
+        uses CXL.cache drives them with its own models instead (tb/coherent_host.py);
+        without one, a D2H request the device sends stays pending, never dropped."""
+        for name in ("i_h2d_req", "i_h2d_rsp", "i_h2d_data"):
+            getattr(self.dut, f"{name}__valid").value = 0
+            getattr(self.dut, f"{name}__payload").value = 0
+        for name in ("o_d2h_req", "o_d2h_rsp", "o_d2h_data"):
+            getattr(self.dut, f"{name}__ready").value = 0
 
     @staticmethod
     def timing_from_params(params: dict, rng: random.Random) -> PmemTiming:

@@ -520,9 +520,9 @@ async def test_csr_identification(dut):
         assert await csr.read(name) == 0, f"{name} not zero after reset"
     await csr.write("ID", 0)
     assert await csr.read("ID") == ID_VALUE, "write to a CONST register changed it"
-    value, resp = await csr.read_raw(0x600)
+    value, resp = await csr.read_raw(0x700)
     assert resp == 2 and value == 0, f"unmapped read answered resp {resp} data {value:#x}"
-    assert await csr.write_raw(0x600, 0xFFFF_FFFF) == 2, "unmapped write not SLVERR"
+    assert await csr.write_raw(0x700, 0xFFFF_FFFF) == 2, "unmapped write not SLVERR"
     await tb.finish()
 
 

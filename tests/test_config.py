@@ -79,7 +79,9 @@ def test_derived_values():
         "line_bits", "pmem_size", "hdm_base", "hdm_size", "max_tags", "axi_id_width",
         "hazard_buckets", "csr_addr_width", "engine_lanes", "reduce_partials",
         "gather_rob_lines", "engine_max_dim", "update_cache_rows", "ckpt_filter_rows",
-        "ckpt_fifo_lines", "mlp_relax_k"]
+        "ckpt_fifo_lines", "mlp_relax_k", "page_bytes", "dcoh_cqids", "cache_cqids",
+        "cache_write_cqids"]
+    assert config.dcoh_pages == 16
     assert config.log_slot_lines == 5
     assert config.pmem_id_width == 7
     assert config.engine_max_lines == 4

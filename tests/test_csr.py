@@ -292,6 +292,13 @@ def test_contract_offsets_and_ports():
         "ENG_ERR_INFO": 0x438, "ENG_DESC_DONE_LO": 0x480, "ENG_LINES_GATHERED_LO": 0x488,
         "ENG_BAGS_POOLED_LO": 0x490, "ENG_UPD_LINES_WRITTEN_LO": 0x498,
         "ENG_UPD_ITEMS_LO": 0x4A0, "ENG_BUSY_LO": 0x4A8, "ENG_BUSY_HI": 0x4AC,
+        "COH_CTRL": 0x600, "COH_FLIP": 0x604, "COH_FLIP_FIRST": 0x608,
+        "COH_FLIP_PAGES": 0x60C, "COH_FLIP_STATUS": 0x610, "COH_DCOH_ERR": 0x620,
+        "COH_DCOH_ERR_INFO": 0x624, "COH_DCOH_ERR_ADDR_LO": 0x628,
+        "COH_DCOH_ERR_ADDR_HI": 0x62C, "COH_CACHE_ERR": 0x630, "COH_CACHE_ERR_INFO": 0x634,
+        "COH_CQ_HOST_BASE_LO": 0x640, "COH_CQ_HOST_BASE_HI": 0x644,
+        "COH_GRANTS_DEVICE_LO": 0x680, "COH_GRANTS_HOST_LO": 0x688,
+        "COH_HOST_FLIPS_LO": 0x690, "COH_RD_LINES_LO": 0x698, "COH_WR_LINES_LO": 0x6A0,
     }
     assert {n: regmap.offset(n) for n in expected} == expected
     bank = CsrBank(config=load_config("default"))
@@ -323,6 +330,17 @@ def test_contract_offsets_and_ports():
         "ck_overflow_batch": ("in", 32), "ck_records_inc": ("in", 1),
         "ck_undo_stall_inc": ("in", 1), "ck_mlp_lines_inc": ("in", 1),
         "ck_mlp_stall_inc": ("in", 1),
+        "coh_ctrl": ("out", 3), "coh_flip": ("out", 2), "coh_flip_first": ("out", 32),
+        "coh_flip_pages": ("out", 32), "coh_flip_status": ("in", 3),
+        "coh_dcoh_err_set": ("in", 9), "coh_dcoh_err": ("out", 9),
+        "coh_dcoh_err_info": ("in", 32), "coh_dcoh_err_addr_lo": ("in", 32),
+        "coh_dcoh_err_addr_hi": ("in", 14),
+        "coh_cache_err_set": ("in", 7), "coh_cache_err": ("out", 7),
+        "coh_cache_err_info": ("in", 32),
+        "coh_cq_host_base_lo": ("out", 32), "coh_cq_host_base_hi": ("out", 20),
+        "coh_grants_device_inc": ("in", 1), "coh_grants_host_inc": ("in", 1),
+        "coh_host_flips_inc": ("in", 1), "coh_rd_lines_inc": ("in", 1),
+        "coh_wr_lines_inc": ("in", 1),
     }
     status = regmap["STATUS"]
     assert (status.field("occupancy").bits, status.field("dev_load").bits) == ("[15:0]", "[17:16]")
@@ -406,7 +424,7 @@ def test_pipelined_manager(rng):
 
     async def bench(ctx):
         values = [rng.getrandbits(20) for _ in range(12)]
-        unmapped = 0x600
+        unmapped = 0x700
         writes = [(hi, v, 0xF) for v in values] + [(unmapped, 0, 0xF)]
         resps = await tb.axi.pipelined_writes(ctx, writes)
         assert resps == [OKAY] * len(values) + [SLVERR]
@@ -469,7 +487,7 @@ def test_unmapped_and_misaligned_give_slverr(rng, preset):
     tb = TB(rng, preset)
     top = (1 << tb.config.csr_addr_width) - 4
     unmapped = [0x008, 0x03C, 0x0FC, 0x110, 0x184, 0x210, 0x304, 0x330, 0x40C, 0x4B0,
-                0x528, 0x5A0, 0x600, top]
+                0x528, 0x5A0, 0x614, 0x6A8, 0x700, top]
     misaligned = [tb.map.offset("HDM_BASE_LO") + 1, tb.map.offset("HDM_BASE_LO") + 2,
                   tb.map.offset("ID") + 3, tb.map.offset("HDM_SIZE_HI") + 2]
 

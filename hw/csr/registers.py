@@ -343,9 +343,11 @@ REGIONS: tuple[Region, ...] = (
     Region("Checkpoint and recovery", 0x500, 0x600,
            "Recovery command and results, undo-log status and counters "
            "(docs/checkpoint.md)."),
-    Region("Reserved", 0x600, None,
-           "Reserved for the coherence (DCOH / CXL.cache) block; accesses answer SLVERR "
-           "until registers are defined here."),
+    Region("Coherence", 0x600, 0x700,
+           "DCOH mode and bias flips, CXL.cache use, coherence errors and counters "
+           "(docs/dcoh.md, docs/cxl-cache.md)."),
+    Region("Reserved", 0x700, None,
+           "Reserved; accesses answer SLVERR."),
 )
 
 
@@ -471,6 +473,10 @@ _PARAM_DOCS: Mapping[str, str] = {
     "ckpt_filter_rows": "Entries of the undo logger's duplicate-row filter.",
     "ckpt_fifo_lines": "Undo lines the logger buffers.",
     "mlp_relax_k": "Reset value of CK_MLP_K.",
+    "page_bytes": "Bytes per page of the DCOH's bias table.",
+    "dcoh_cqids": "DCOH entries (CQIDs 2048 and up).",
+    "cache_cqids": "Read CQIDs of the CXL.cache agent.",
+    "cache_write_cqids": "Write CQIDs of the CXL.cache agent.",
 }
 
 _HDM_NOTE = ("The decoder uses the new value from the cycle after the write; software "
@@ -694,6 +700,96 @@ def _ckpt_registers(config: DeviceConfig) -> Iterable[Register]:
                    doc="Cycles a COMMIT waited for an MLP checkpoint copy (relaxation K).")
 
 
+_DCOH_ERRORS = (
+    ("FWD_NOT_IN_FLIGHT", "MemRdFwd / MemWrFwd whose Tag names no DCOH request waiting "
+     "for a forward (dropped)."),
+    ("FWD_OPCODE", "Forward of the wrong kind for its request (dropped)."),
+    ("FWD_ADDRESS", "Forward whose address differs from its request's (dropped)."),
+    ("ACC_RANGE", "Device access beyond device memory."),
+    ("DONE_UNEXPECTED", "Internal: a done for a handle with no access in flight."),
+    ("CHK_RANGE", "Host check beyond device memory."),
+    ("FLIP_RANGE", "Flip command beyond the bias table."),
+    ("FLIP_BUSY", "Flip command while one runs (ignored)."),
+    ("FLIP_CONTENDED", "The host touched a page while the flip claimed it (page left in "
+     "host bias)."),
+)
+_CACHE_ERRORS = (
+    ("RSP_NOT_IN_FLIGHT", "H2D Rsp naming a CQID with no request in flight (dropped)."),
+    ("DATA_NOT_IN_FLIGHT", "H2D Data naming no read in flight (dropped)."),
+    ("DATA_DUPLICATE", "Second H2D Data for one read (dropped)."),
+    ("RSP_UNEXPECTED", "H2D Rsp the request cannot take (dropped)."),
+    ("READ_ERROR", "A read of GPU memory completed with an error."),
+    ("WRITE_ERROR", "A write into GPU memory completed with an error."),
+    ("SNOOP_RESERVED", "H2D Req with a reserved opcode (answered RspIHitI)."),
+)
+
+
+def _coherence_registers() -> Iterable[Register]:
+    yield Register(
+        "COH_CTRL", 0x600, Kind.RW, width=3,
+        fields=[Field("HDM_D", 0, 1, "Device memory is HDM-D: host requests are checked "
+                      "against the bias table, MemRdFwd / MemWrFwd go to the DCOH and every "
+                      "engine access is gated by bias. 0 (reset): the DCOH is bypassed, as "
+                      "for HDM-H memory the host does not cache."),
+                Field("MLP_SRC_HOST", 1, 1, "MLP_CHECKPOINT copies GPU memory (its data_addr "
+                      "is a host byte address) with CXL.cache RdCurr."),
+                Field("CQ_HOST", 2, 1, "Completion records go to GPU memory at COH_CQ_HOST_BASE "
+                      "with CXL.cache ItoMWr instead of device memory at ENG_CQ_BASE.")],
+        doc="Coherence mode. Change only while the engine and the host's traffic are idle.")
+    yield Register(
+        "COH_FLIP", 0x604, Kind.PULSE, width=2,
+        fields=[Field("START", 0, 1, "Write 1 to flip COH_FLIP_PAGES pages from "
+                      "COH_FLIP_FIRST."),
+                Field("TO_HOST", 1, 1, "1: to host bias (drains the device's accesses); 0: to "
+                      "device bias (claims every line with RdOwnNoData).")],
+        doc="Bias flip command (docs/dcoh.md, \"Flip command\"); reads return 0.")
+    yield Register("COH_FLIP_FIRST", 0x608, Kind.RW, doc="First page of the flip.")
+    yield Register("COH_FLIP_PAGES", 0x60C, Kind.RW, doc="Pages to flip.")
+    yield Register(
+        "COH_FLIP_STATUS", 0x610, Kind.RO, width=3,
+        fields=[Field("BUSY", 0, 1, "A flip (or the bias table's reset sweep) runs."),
+                Field("DONE", 1, 1, "The last flip has ended."),
+                Field("ERROR", 2, 1, "The last flip ended with an error (COH_DCOH_ERR).")],
+        doc="Flip command status.")
+    first = ("of the first error since the W1C register was last all-zero (the block "
+             "keeps it; meaningful while that register is non-zero).")
+    for base, name, kinds, what in ((0x620, "COH_DCOH_ERR", _DCOH_ERRORS, "DCOH"),
+                                    (0x630, "COH_CACHE_ERR", _CACHE_ERRORS,
+                                     "CXL.cache agent")):
+        yield Register(
+            name, base, Kind.W1C, width=len(kinds),
+            fields=[Field(k, i, 1, d) for i, (k, d) in enumerate(kinds)],
+            doc=f"Sticky {what} error flags (write 1 to clear).")
+        yield Register(
+            f"{name}_INFO", base + 4, Kind.RO,
+            fields=[Field("CODE", 0, 4, "Error kind (bit number above)."),
+                    Field("OPCODE", 4, 5, "Opcode of the message (M2S Req for the DCOH, "
+                          "H2D for the agent)."),
+                    Field("ID", 16, 16, "CQID / UQID / handle of the message.")],
+            doc=f"Kind, opcode and ID {first}")
+        if kinds is _DCOH_ERRORS:
+            yield Register(f"{name}_ADDR_LO", base + 8, Kind.RO,
+                           doc=f"Line address bits [31:0] {first}")
+            yield Register(f"{name}_ADDR_HI", base + 12, Kind.RO, width=14,
+                           doc=f"Line address bits [45:32] {first}")
+    yield Register(
+        "COH_CQ_HOST_BASE_LO", 0x640, Kind.RW, writable_mask=((1 << DATA_WIDTH) - 1) & ~0x3F,
+        doc="GPU-memory byte address of the completion-record array with COH_CTRL.CQ_HOST, "
+            "bits [31:6] (bits [5:0] read 0).")
+    yield Register("COH_CQ_HOST_BASE_HI", 0x644, Kind.RW, width=HOST_ADDR_BITS - DATA_WIDTH,
+                   doc="Bits [51:32] of the GPU-memory completion-record array.")
+    counters = (
+        ("COH_GRANTS_DEVICE", 0x680, "Engine line accesses granted in device bias."),
+        ("COH_GRANTS_HOST", 0x688, "Engine line accesses granted in host bias (after the "
+         "host's forward)."),
+        ("COH_HOST_FLIPS", 0x690, "Host requests that set a device-bias page to host bias."),
+        ("COH_RD_LINES", 0x698, "Lines read from GPU memory (RdCurr)."),
+        ("COH_WR_LINES", 0x6A0, "Lines written into GPU memory (ItoMWr)."),
+    )
+    for name, offset, doc in counters:
+        yield Register(name, offset, Kind.COUNTER64, clear_by="PERF_CTRL", doc=doc)
+
+
 def register_map(config: DeviceConfig) -> RegisterMap:
     """The device's registers for ``config``.
 
@@ -721,5 +817,6 @@ def register_map(config: DeviceConfig) -> RegisterMap:
         *_perf_registers(),
         *_engine_registers(),
         *_ckpt_registers(config),
+        *_coherence_registers(),
     ]
     return RegisterMap(regs, addr_width=config.csr_addr_width, name=config.tag)

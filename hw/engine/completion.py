@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.arith.fp32 import add, at_least, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
+from hw.cxl.cache_agent import WR_REQ, WR_RSP
 
 from .bag_sequencer import STATUS
 from .desc_fetch import RING_ORDER_MAX, slot_mask
@@ -61,7 +62,8 @@ RECORD = data.StructLayout({
 _COUNT_BITS = 16
 #: Descriptors whose record is written but whose B has not arrived yet.
 _DONE_DEPTH = 8
-_DONE = data.StructLayout({"target": _COUNT_BITS, "status": 8, "seq": 32, "kind": 8})
+_DONE = data.StructLayout({"target": _COUNT_BITS, "host_target": _COUNT_BITS, "status": 8,
+                           "seq": 32, "kind": 8})
 
 #: Byte address of the checkpoint commit word (superblock line 1, bytes 0..7).
 _COMMIT_WORD_ADDR = 64
@@ -99,6 +101,14 @@ class Completion(wiring.Component):
     ``complete`` pulses with the status, seq and kind (up to ``_DONE_DEPTH``
     descriptors wait for their record's B this way). B responses other than OKAY pulse
     ``resp_error``.
+
+    With ``cq_host`` (``COH_CTRL.CQ_HOST``) the record goes instead to GPU memory, line
+    ``cq_host_line + slot``, as a write request on ``o_rec`` (the CXL.cache agent's
+    ItoMWr, answered on ``i_rec`` in request order). The descriptor then completes once
+    the B count has reached its last PMEM write *and* the answer count has reached its
+    record: the two paths answer independently, so each has its own count. A record
+    answered with ``error`` completes the descriptor all the same (the agent flags
+    WRITE_ERROR). ``cq_host`` may change only while the stage is idle.
     """
 
     def __init__(self, *, addr_width: int, id_width: int):
@@ -109,6 +119,10 @@ class Completion(wiring.Component):
             "i_pooled": In(stream.Signature(POOLED)),
             "i_done": In(stream.Signature(DONE)),
             "cq_base": In(addr_width),
+            "cq_host": In(1),
+            "cq_host_line": In(46),
+            "o_rec": Out(stream.Signature(WR_REQ)),
+            "i_rec": In(stream.Signature(WR_RSP)),
             "ring_order": In(5),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=_LINE_BITS,
                                       id_width=id_width)),
@@ -171,6 +185,15 @@ class Completion(wiring.Component):
             m.d.sync += w_count.eq(add(w_count, 1, _COUNT_BITS))
         with m.If(axi.bvalid):
             m.d.sync += b_count.eq(add(b_count, 1, _COUNT_BITS))
+        # Records written into GPU memory (cq_host) and their answers.
+        hw_count = Signal(_COUNT_BITS)
+        hb_count = Signal(_COUNT_BITS)
+        rec = self.o_rec
+        m.d.comb += self.i_rec.ready.eq(1)
+        with m.If(rec.ready):
+            m.d.sync += rec.valid.eq(0)
+        with m.If(self.i_rec.valid):
+            m.d.sync += hb_count.eq(add(hb_count, 1, _COUNT_BITS))
 
         # --- a pooled line, its padding bytes zeroed: byte k of vector line j is kept
         # iff 64 * j + k < dim * element bytes, i.e. j < full, or j == full and k < part.
@@ -211,7 +234,9 @@ class Completion(wiring.Component):
         entry = _DONE(done_q.w_data)
         m.d.comb += [
             self.head.eq(head_r),
-            entry.target.eq(add(w_count, 1, _COUNT_BITS)),   # B count once the record's B
+            entry.target.eq(Mux(self.cq_host, w_count,        # B count once every write's
+                                add(w_count, 1, _COUNT_BITS))),  # B (the record's, in PMEM)
+            entry.host_target.eq(Mux(self.cq_host, add(hw_count, 1, _COUNT_BITS), hw_count)),
             entry.status.eq(status),
             entry.seq.eq(info.seq),
             entry.kind.eq(info.kind),
@@ -279,19 +304,30 @@ class Completion(wiring.Component):
                 m.d.comb += load.eq(1)
                 m.d.sync += [awaddr.eq(_COMMIT_WORD_ADDR), wdata.eq(info.commit_word),
                              wstrb.eq(C(0xFF, _LINE_BITS // 8)), state.eq(_REC)]
-            with m.Case(_REC), m.If(can_load & done_q.w_rdy):
-                # The record is the descriptor's last write; all writes use one AXI ID,
-                # so its B arrives after every earlier one: the descriptor is complete
-                # when the B count reaches it. Meanwhile the next descriptor proceeds.
-                m.d.comb += [load.eq(1), done_q.w_en.eq(1)]
-                m.d.sync += [awaddr.eq(rec_addr), wdata.eq(record),
-                             wstrb.eq(C((1 << (_LINE_BITS // 8)) - 1, _LINE_BITS // 8)),
-                             state.eq(_IDLE)]
+            with m.Case(_REC):
+                with m.If(self.cq_host & (~rec.valid | rec.ready) & done_q.w_rdy):
+                    m.d.comb += done_q.w_en.eq(1)
+                    m.d.sync += [rec.valid.eq(1),
+                                 rec.p.address.eq(add(self.cq_host_line, slot, 46)),
+                                 rec.p.data.eq(record),
+                                 rec.p.tag.eq(0),
+                                 hw_count.eq(add(hw_count, 1, _COUNT_BITS)),
+                                 state.eq(_IDLE)]
+                with m.Elif(~self.cq_host & can_load & done_q.w_rdy):
+                    # The record is the descriptor's last write; all writes use one AXI
+                    # ID, so its B arrives after every earlier one: the descriptor is
+                    # complete when the B count reaches it. Meanwhile the next
+                    # descriptor proceeds.
+                    m.d.comb += [load.eq(1), done_q.w_en.eq(1)]
+                    m.d.sync += [awaddr.eq(rec_addr), wdata.eq(record),
+                                 wstrb.eq(C((1 << (_LINE_BITS // 8)) - 1, _LINE_BITS // 8)),
+                                 state.eq(_IDLE)]
 
         # --- completion in order, when the record's B has arrived -------------------------
         head_entry = _DONE(done_q.r_data)
         reached = Signal()
-        m.d.comb += reached.eq(~sub(b_count, head_entry.target, _COUNT_BITS)[-1])
+        m.d.comb += reached.eq(~sub(b_count, head_entry.target, _COUNT_BITS)[-1]
+                               & ~sub(hb_count, head_entry.host_target, _COUNT_BITS)[-1])
         m.d.comb += [
             done_q.r_en.eq(reached),
             self.complete.eq(done_q.r_rdy & reached),
@@ -302,5 +338,6 @@ class Completion(wiring.Component):
         with m.If(self.complete):
             m.d.sync += head_r.eq(add(head_r, 1, 32))
 
-        m.d.comb += self.busy.eq(state.any() | done_q.r_rdy | (w_count != b_count))
+        m.d.comb += self.busy.eq(state.any() | done_q.r_rdy | (w_count != b_count)
+                                 | (hw_count != hb_count))
         return m

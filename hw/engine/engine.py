@@ -2,7 +2,7 @@
 next to PMEM, completion records and head out (``docs/embedding.md``)."""
 
 from amaranth.hdl import C, Cat, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
@@ -15,6 +15,7 @@ from ..ckpt.formats import COMMIT_MAGIC
 from ..ckpt.logger import UndoLogger
 from ..ckpt.mlp_copy import LINES_WIDTH, MlpCopier
 from ..ckpt.recovery import Recovery
+from ..cxl.cache_agent import RD_REQ, RD_RSP, WR_REQ, WR_RSP
 from ..widths import eq_const, lt_const, zext
 from .bag_sequencer import STATUS, BagSequencer
 from .completion import INFO, Completion
@@ -81,6 +82,15 @@ class Engine(wiring.Component):
         Byte addresses of the ring and the completion-record array.
     ring_order, tail : ``In``
         Ring size ``2**min(ring_order, 16)`` and the doorbell count.
+    cq_host, cq_host_line : ``In(1)``, ``In(46)``
+        ``COH_CTRL.CQ_HOST`` and the host line address of the completion-record array in
+        GPU memory: records go out on ``o_cache_wr`` (answered on ``i_cache_wr``).
+    mlp_src_host : ``In(1)``
+        ``COH_CTRL.MLP_SRC_HOST``: MLP_CHECKPOINT's ``data_addr`` is a GPU-memory byte
+        address; the copier's reads go out on ``o_cache_rd`` (answered in order on
+        ``i_cache_rd``) instead of PMEM.
+    o_cache_rd, i_cache_rd, o_cache_wr, i_cache_wr : streams of the CXL.cache agent's
+        ``RD_REQ`` / ``RD_RSP`` / ``WR_REQ`` / ``WR_RSP``.
     head : ``Out(32)``
         Descriptors completed.
     o_undo : ``Out(stream.Signature(UNDO))``
@@ -104,6 +114,13 @@ class Engine(wiring.Component):
             "ring_order": In(5),
             "cq_base": In(aw),
             "tail": In(32),
+            "cq_host": In(1),
+            "cq_host_line": In(46),
+            "mlp_src_host": In(1),
+            "o_cache_rd": Out(stream.Signature(RD_REQ)),
+            "i_cache_rd": In(stream.Signature(RD_RSP)),
+            "o_cache_wr": Out(stream.Signature(WR_REQ)),
+            "i_cache_wr": In(stream.Signature(WR_RSP)),
             "head": Out(32),
             "busy": Out(1),
             "in_flight": Out(8),
@@ -175,6 +192,25 @@ class Engine(wiring.Component):
             addr_width=aw, data_width=_LINE_BITS, id_width=mid - 1, priorities=[0, 0])
         wiring.connect(m, logger.pmem, bg.m0)
         wiring.connect(m, copier.pmem, bg.m1)
+        # MLP_SRC_HOST: the copier's single-beat reads (one ID, so in order) become
+        # CXL.cache reads of GPU memory at ``src_line`` + the offset; its writes stay.
+        src_line = Signal(46)
+        cp = copier.pmem
+        with m.If(self.mlp_src_host):
+            m.d.comb += [
+                bg.m1.arvalid.eq(0),
+                self.o_cache_rd.valid.eq(cp.arvalid),
+                self.o_cache_rd.p.address.eq(add(src_line, cp.araddr[6:], 46)),
+                self.o_cache_rd.p.tag.eq(0),
+                cp.arready.eq(self.o_cache_rd.ready),
+                bg.m1.rready.eq(0),
+                cp.rvalid.eq(self.i_cache_rd.valid),
+                cp.rdata.eq(self.i_cache_rd.p.data),
+                cp.rid.eq(0),
+                cp.rresp.eq(Mux(self.i_cache_rd.p.error, 0b10, 0b00)),   # SLVERR
+                cp.rlast.eq(1),
+                self.i_cache_rd.ready.eq(cp.rready),
+            ]
         m.submodules.arbiter = arb = AxiArbiter(
             addr_width=aw, data_width=_LINE_BITS, id_width=mid,
             priorities=[_PRIORITY.get(name, 0) for name in _MANAGERS])
@@ -187,6 +223,8 @@ class Engine(wiring.Component):
             port = bg.sub if name == "background" else blocks[name].pmem
             wiring.connect(m, port, getattr(arb, f"m{i}"))
         wiring.connect(m, arb.sub, wiring.flipped(self.pmem))
+        wiring.connect(m, comp.o_rec, wiring.flipped(self.o_cache_wr))
+        wiring.connect(m, wiring.flipped(self.i_cache_wr), comp.i_rec)
 
         m.d.comb += [
             fetch.ring_base.eq(self.ring_base),
@@ -194,6 +232,8 @@ class Engine(wiring.Component):
             fetch.tail.eq(self.tail),
             comp.cq_base.eq(self.cq_base),
             comp.ring_order.eq(self.ring_order),
+            comp.cq_host.eq(self.cq_host),
+            comp.cq_host_line.eq(self.cq_host_line),
         ]
 
         # --- dispatch -------------------------------------------------------------------
@@ -235,7 +275,7 @@ class Engine(wiring.Component):
         mlp_bad_batch = (d.batch_id > committed) | ~(d.batch_id > mlp_req)
         mlp_misaligned = d.data_addr[:6].any() | mlp_len[:6].any()
         mlp_range = (~mlp_len.any() | (mlp_len > recovery.mlp_slot_bytes)
-                     | at_least(mlp_end, (1 << aw) + 1))
+                     | (~self.mlp_src_host & at_least(mlp_end, (1 << aw) + 1)))
 
         pre = Signal(8)
         with m.If(~known):
@@ -330,7 +370,7 @@ class Engine(wiring.Component):
         slot_base = Mux(target, recovery.mlp_slot1, recovery.mlp_slot0)
         m.d.comb += [
             copier.start.eq(go & do_copy),
-            copier.src.eq(d.data_addr[:aw]),
+            copier.src.eq(Mux(self.mlp_src_host, 0, d.data_addr[:aw])),
             copier.dst.eq(slot_base),
             copier.header_addr.eq(add(slot_base, recovery.mlp_slot_bytes, aw)),
             copier.lines.eq(mlp_len[6:6 + LINES_WIDTH]),
@@ -338,7 +378,7 @@ class Engine(wiring.Component):
         ]
         with m.If(go & do_copy):
             m.d.sync += [mlp_req.eq(d.batch_id), cp_slot.eq(target), cp_batch.eq(d.batch_id),
-                         mlp_error.eq(0)]
+                         mlp_error.eq(0), src_line.eq(d.data_addr[6:])]
         with m.If(copier.done):
             with m.If(copier.error):
                 m.d.sync += mlp_error.eq(1)
