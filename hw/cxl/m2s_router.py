@@ -4,7 +4,7 @@ for every host request that touches device memory (``docs/dcoh.md``, "Host check
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -49,9 +49,10 @@ class M2sRouter(wiring.Component):
 
     A message enters in the cycle of its handshake, one per channel per cycle; when
     both channels present a checked message in the same cycle, M2S Req goes first and
-    RwD waits one cycle. Forwards therefore reach the DCOH in channel order with the
-    checks, at least one cycle before the check of any later Req message (the DCOH's
-    ordering rule).
+    RwD waits one cycle, unless a RwD check already waits for ``o_chk.ready`` (a
+    waiting check keeps the port, so ``o_chk`` obeys the stream rules). Forwards
+    therefore reach the DCOH in channel order with the checks, at least one cycle
+    before the check of any later Req message (the DCOH's ordering rule).
 
     **Latency** (enabled, answers after two cycles): a checked message leaves three
     cycles after its handshake, an unchecked one one cycle after (the queue's output
@@ -148,14 +149,20 @@ class M2sRouter(wiring.Component):
             req_wants = self.i_req.valid & req_chk & req_q.w_rdy
             rwd_wants = self.i_rwd.valid & rwd_chk & rwd_q.w_rdy
             chk_room = self.o_chk.ready & order.w_rdy
+            # A check that waits for ``o_chk.ready`` keeps the port (its message holds
+            # on the link), so the check's payload holds until the transfer.
+            chk_lock = Signal()
+            chk_who = Signal()
+            pick_rwd = Signal()
             m.d.comb += [
+                pick_rwd.eq(Mux(chk_lock, chk_who, ~req_wants)),
                 self.o_chk.valid.eq((req_wants | rwd_wants) & order.w_rdy),
-                self.o_chk.p.eq(req_line),
-                order.w_data.eq(0),
+                self.o_chk.p.eq(Mux(pick_rwd, rwd_line, req_line)),
+                order.w_data.eq(pick_rwd),
+                order.w_en.eq(self.o_chk.valid & self.o_chk.ready),
             ]
-            with m.If(~req_wants):
-                m.d.comb += [self.o_chk.p.eq(rwd_line), order.w_data.eq(1)]
-            m.d.comb += order.w_en.eq(self.o_chk.valid & self.o_chk.ready)
+            m.d.sync += [chk_lock.eq(self.o_chk.valid & ~self.o_chk.ready),
+                         chk_who.eq(pick_rwd)]
 
             # M2S Req: forwards to the DCOH, everything else into the queue.
             with m.If(req_fwd):
@@ -165,13 +172,13 @@ class M2sRouter(wiring.Component):
                 ]
             with m.Else():
                 m.d.comb += [
-                    self.i_req.ready.eq(req_q.w_rdy & (~req_chk | chk_room)),
+                    self.i_req.ready.eq(req_q.w_rdy & (~req_chk | (chk_room & ~pick_rwd))),
                     req_q.w_en.eq(self.i_req.valid & self.i_req.ready),
                 ]
             m.d.comb += [
                 self.o_fwd.p.eq(self.i_req.p),
                 req_q.w_data.eq(self.i_req.p.as_value() | (req_chk << M2SReq.size)),
-                self.i_rwd.ready.eq(rwd_q.w_rdy & (~rwd_chk | (chk_room & ~req_wants))),
+                self.i_rwd.ready.eq(rwd_q.w_rdy & (~rwd_chk | (chk_room & pick_rwd))),
                 rwd_q.w_en.eq(self.i_rwd.valid & self.i_rwd.ready),
                 rwd_q.w_data.eq(self.i_rwd.p.as_value() | (rwd_chk << M2SRwD.size)),
             ]
