@@ -37,6 +37,7 @@ def standalone_blocks() -> dict:
     from hw.bus.axi_arbiter import AxiArbiter
     from hw.cxl.cache_agent import CacheAgent
     from hw.cxl.dcoh import Dcoh
+    from hw.cxl.dcoh_gate import DcohGate
     from hw.engine.bag_sequencer import BagSequencer
     from hw.engine.pool_reduce import PoolReduce
     from hw.engine.row_gather import RowGather
@@ -49,6 +50,7 @@ def standalone_blocks() -> dict:
     blocks["scatter_update"] = lambda: ScatterUpdate(addr_width=30, id_width=8)
     blocks["cxl_cache_agent"] = CacheAgent
     blocks["dcoh"] = lambda: Dcoh(cqid_base=2048)
+    blocks["dcoh_gate"] = lambda: DcohGate(addr_width=30, id_width=8)
     blocks["axi_arbiter"] = lambda: AxiArbiter(addr_width=30, data_width=512, id_width=8,
                                                priorities=(0, 0, 1))
     return blocks
