@@ -25,6 +25,7 @@ from .config import DeviceConfig
 from .csr.bank import CsrBank
 from .cxl.cache_agent import CacheAgent
 from .cxl.dcoh import Dcoh
+from .cxl.dcoh_gate import DcohGate
 from .cxl.m2s_router import M2sRouter
 from .cxl.mem_endpoint import MemEndpoint
 from .cxl.messages import (
@@ -143,6 +144,14 @@ class Device(wiring.Component):
         m.submodules.endpoint = endpoint = MemEndpoint(config=self._config)
         m.submodules.csr_bank = regs = CsrBank(config=self._config)
         m.submodules.engine = engine = Engine(config=self._config)
+        # Every engine access to device memory asks the DCOH first (pass-through while
+        # COH_CTRL.HDM_D is 0): one request per line, bursts of up to a row (the bag
+        # sequencer reads 8 lines at a time).
+        burst = 1 << (max(8, cfg.engine_max_lines) - 1).bit_length()
+        m.submodules.gate = gate = DcohGate(
+            addr_width=cfg.pmem_addr_width, id_width=cfg.axi_id_width,
+            handle_bits=(cfg.dcoh_cqids - 1).bit_length(),
+            entries=min(64, cfg.dcoh_cqids), max_burst_lines=burst)
         m.submodules.pmem_arbiter = arbiter = AxiArbiter(
             addr_width=self._config.pmem_addr_width, data_width=self._config.line_bits,
             id_width=self._config.axi_id_width, priorities=[0, 0])
@@ -157,7 +166,11 @@ class Device(wiring.Component):
         wiring.connect(m, endpoint.o_s2m_ndr, wiring.flipped(self.o_s2m_ndr))
         wiring.connect(m, endpoint.o_s2m_drs, wiring.flipped(self.o_s2m_drs))
         wiring.connect(m, endpoint.pmem, arbiter.m0)
-        wiring.connect(m, engine.pmem, arbiter.m1)
+        wiring.connect(m, engine.pmem, gate.up)
+        wiring.connect(m, gate.down, arbiter.m1)
+        wiring.connect(m, gate.o_acc, dcoh.i_acc)
+        wiring.connect(m, dcoh.o_grant, gate.i_grant)
+        wiring.connect(m, gate.o_done, dcoh.i_done)
         wiring.connect(m, arbiter.sub, wiring.flipped(self.pmem))
         wiring.connect(m, wiring.flipped(self.csr), regs.csr)
 
@@ -256,6 +269,7 @@ class Device(wiring.Component):
         flip = dcoh.i_flip
         m.d.comb += [
             router.enable.eq(hdm_d),
+            gate.enable.eq(hdm_d),
             engine.mlp_src_host.eq(mlp_src_host),
             engine.cq_host.eq(cq_host),
             engine.cq_host_line.eq(Cat(regs.coh_cq_host_base_lo[6:32],
@@ -281,12 +295,10 @@ class Device(wiring.Component):
             regs.coh_dcoh_err_addr_lo.eq(dcoh.o_err_first.address[0:32]),
             regs.coh_dcoh_err_addr_hi.eq(dcoh.o_err_first.address[32:46]),
         ]
-        grant = dcoh.o_grant
-        granted = grant.valid & grant.ready & ~grant.p.error
         chk = dcoh.o_host_chk
         m.d.comb += [
-            regs.coh_grants_device_inc.eq(granted & ~grant.p.host_bias),
-            regs.coh_grants_host_inc.eq(granted & grant.p.host_bias),
+            regs.coh_grants_device_inc.eq(gate.ev_grant_device),
+            regs.coh_grants_host_inc.eq(gate.ev_grant_host),
             regs.coh_host_flips_inc.eq(chk.valid & chk.ready & chk.p.flipped),
             regs.coh_rd_lines_inc.eq(agent.o_rd.valid & agent.o_rd.ready),
             regs.coh_wr_lines_inc.eq(agent.o_wr.valid & agent.o_wr.ready),

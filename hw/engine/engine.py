@@ -187,7 +187,10 @@ class Engine(wiring.Component):
             filter_rows=cfg.ckpt_filter_rows, fifo_lines=cfg.ckpt_fifo_lines)
         m.submodules.recovery = recovery = Recovery(
             addr_width=aw, id_width=mid, max_slot_lines=cfg.log_slot_lines)
-        m.submodules.copier = copier = MlpCopier(addr_width=aw, id_width=mid - 1)
+        # The copier keeps as many reads in flight as the CXL.cache agent has read
+        # CQIDs, so a snapshot of GPU memory streams at the link's rate (at least 16).
+        m.submodules.copier = copier = MlpCopier(addr_width=aw, id_width=mid - 1,
+                                                 buffer_lines=max(16, cfg.cache_cqids))
         m.submodules.background = bg = AxiArbiter(
             addr_width=aw, data_width=_LINE_BITS, id_width=mid - 1, priorities=[0, 0])
         wiring.connect(m, logger.pmem, bg.m0)
