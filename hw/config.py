@@ -13,6 +13,8 @@ import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from .widths import is_pow2
+
 __all__ = ["CONFIG_DIR", "DeviceConfig", "load_config", "preset_names"]
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -24,10 +26,6 @@ LINE_BYTES = LINE_BITS // 8
 HDM_GRANULE = 4096
 #: Host physical addresses are 52 bits (CXL Addr[51:6] carries the line address).
 HOST_ADDR_BITS = 52
-
-
-def _is_pow2(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +126,7 @@ class DeviceConfig:
                     raise ValueError(f"{f.name} must be an integer, not {value!r}")
         if self.line_bits != LINE_BITS:
             raise ValueError(f"line_bits is fixed at {LINE_BITS}, not {self.line_bits}")
-        if not _is_pow2(self.pmem_size) or not (1 << 16) <= self.pmem_size <= (1 << 46):
+        if not is_pow2(self.pmem_size) or not (1 << 16) <= self.pmem_size <= (1 << 46):
             raise ValueError("pmem_size must be a power of two between 64 KiB and 64 TiB, "
                              f"not {self.pmem_size}")
         if self.hdm_base % HDM_GRANULE or not 0 <= self.hdm_base < (1 << HOST_ADDR_BITS):
@@ -149,7 +147,7 @@ class DeviceConfig:
             raise ValueError(
                 f"axi_id_width {self.axi_id_width} gives {1 << self.axi_id_width} IDs, "
                 f"fewer than max_tags {self.max_tags}")
-        if not _is_pow2(self.hazard_buckets) or not 2 <= self.hazard_buckets <= 4096:
+        if not is_pow2(self.hazard_buckets) or not 2 <= self.hazard_buckets <= 4096:
             raise ValueError("hazard_buckets must be a power of two between 2 and 4096, "
                              f"not {self.hazard_buckets}")
         if not 12 <= self.csr_addr_width <= 24:
@@ -160,13 +158,13 @@ class DeviceConfig:
         if not 1 <= self.reduce_partials <= 8:
             raise ValueError(
                 f"reduce_partials must be between 1 and 8, not {self.reduce_partials}")
-        if not _is_pow2(self.gather_rob_lines) or not 16 <= self.gather_rob_lines <= 4096:
+        if not is_pow2(self.gather_rob_lines) or not 16 <= self.gather_rob_lines <= 4096:
             raise ValueError("gather_rob_lines must be a power of two between 16 and 4096, "
                              f"not {self.gather_rob_lines}")
         if self.engine_max_dim % 16 or not 16 <= self.engine_max_dim <= 1024:
             raise ValueError("engine_max_dim must be a multiple of 16 between 16 and 1024, "
                              f"not {self.engine_max_dim}")
-        if not _is_pow2(self.ckpt_filter_rows) or not 2 <= self.ckpt_filter_rows <= 4096:
+        if not is_pow2(self.ckpt_filter_rows) or not 2 <= self.ckpt_filter_rows <= 4096:
             raise ValueError("ckpt_filter_rows must be a power of two between 2 and 4096, "
                              f"not {self.ckpt_filter_rows}")
         if not 2 <= self.ckpt_fifo_lines <= 4096:
@@ -174,23 +172,23 @@ class DeviceConfig:
                 f"ckpt_fifo_lines must be between 2 and 4096, not {self.ckpt_fifo_lines}")
         if not 0 <= self.mlp_relax_k <= 0xFFFF:
             raise ValueError(f"mlp_relax_k must be between 0 and 65535, not {self.mlp_relax_k}")
-        if not _is_pow2(self.update_cache_rows) or not 2 <= self.update_cache_rows <= 256:
+        if not is_pow2(self.update_cache_rows) or not 2 <= self.update_cache_rows <= 256:
             raise ValueError("update_cache_rows must be a power of two between 2 and 256, "
                              f"not {self.update_cache_rows}")
-        if (not _is_pow2(self.page_bytes) or not 64 <= self.page_bytes <= (1 << 21)
+        if (not is_pow2(self.page_bytes) or not 64 <= self.page_bytes <= (1 << 21)
                 or self.page_bytes > self.pmem_size):
             raise ValueError("page_bytes must be a power of two between 64 and 2 MiB and at "
                              f"most pmem_size, not {self.page_bytes}")
         if self.pmem_size // self.page_bytes > (1 << 24):
             raise ValueError(f"pmem_size / page_bytes must be at most 2**24 pages, not "
                              f"{self.pmem_size // self.page_bytes}")
-        if not _is_pow2(self.dcoh_cqids) or not 2 <= self.dcoh_cqids <= 256:
+        if not is_pow2(self.dcoh_cqids) or not 2 <= self.dcoh_cqids <= 256:
             raise ValueError(
                 f"dcoh_cqids must be a power of two between 2 and 256, not {self.dcoh_cqids}")
-        if not _is_pow2(self.cache_cqids) or not 2 <= self.cache_cqids <= 2048:
+        if not is_pow2(self.cache_cqids) or not 2 <= self.cache_cqids <= 2048:
             raise ValueError("cache_cqids must be a power of two between 2 and 2048, not "
                              f"{self.cache_cqids}")
-        if (not _is_pow2(self.cache_write_cqids)
+        if (not is_pow2(self.cache_write_cqids)
                 or not 2 <= self.cache_write_cqids <= self.cache_cqids):
             raise ValueError("cache_write_cqids must be a power of two between 2 and "
                              f"cache_cqids, not {self.cache_write_cqids}")

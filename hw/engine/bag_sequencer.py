@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from hw.arith.fp32 import add, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 
-from ..widths import eq_const, lt_const
+from ..widths import eq_const, is_int, lt_const
 from .descriptor import MAX_DIM, DescKind, Descriptor, PoolMode, Status
 from .row_gather import ROW
 
@@ -47,10 +47,6 @@ _RD_OFFSETS, _RD_INDICES, _RD_SCAN, _RD_WEIGHTS = range(4)
 (_ST_IDLE, _ST_CHECK_A, _ST_CHECK_B, _ST_VALIDATE, _ST_EMIT_START, _ST_EMIT, _ST_STATUS) = range(7)
 (_SC_IDLE, _SC_SKIP0, _SC_END, _SC_SCAN) = range(4)
 (_EM_IDLE, _EM_POP, _EM_EMPTY, _EM_ROWS) = range(4)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _widen(m: Module, value, width: int, name: str) -> Signal:
@@ -265,9 +261,9 @@ class BagSequencer(wiring.Component):
     """
 
     def __init__(self, *, addr_width: int, id_width: int):
-        if not _is_int(addr_width) or not 12 <= addr_width <= 48:
+        if not is_int(addr_width) or not 12 <= addr_width <= 48:
             raise ValueError(f"addr_width must be an integer from 12 to 48, not {addr_width!r}")
-        if not _is_int(id_width) or not 2 <= id_width <= 16:
+        if not is_int(id_width) or not 2 <= id_width <= 16:
             raise ValueError(f"id_width must be an integer from 2 to 16, not {id_width!r}")
         self._addr_width = addr_width
         self._id_width = id_width

@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from hw.arith.fp32 import add, at_least, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 
-from ..widths import lt_const
+from ..widths import is_int, lt_const
 from .pool_reduce import CTRL, LINE, LINE_BITS
 
 __all__ = ["ROW", "UNDO", "RowGather", "ctrl_layout"]
@@ -65,10 +65,6 @@ _META = data.StructLayout({
     "batch_id": 32, "table_id": 16, "capture": 1, "pool": CTRL,
     "row_addr": 48,
 })
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _bit(m: Module, value, index, name: str):
@@ -182,15 +178,15 @@ class RowGather(wiring.Component):
 
     def __init__(self, *, addr_width: int, id_width: int, rob_lines: int = 256,
                  max_lines_per_row: int = 64):
-        if not _is_int(addr_width) or not 12 <= addr_width <= 64:
+        if not is_int(addr_width) or not 12 <= addr_width <= 64:
             raise ValueError(f"addr_width must be an integer from 12 to 64, not {addr_width!r}")
-        if not _is_int(id_width) or not 1 <= id_width <= 16:
+        if not is_int(id_width) or not 1 <= id_width <= 16:
             raise ValueError(f"id_width must be an integer from 1 to 16, not {id_width!r}")
-        if (not _is_int(rob_lines) or not 16 <= rob_lines <= 4096
+        if (not is_int(rob_lines) or not 16 <= rob_lines <= 4096
                 or rob_lines & (rob_lines - 1)):
             raise ValueError(f"rob_lines must be a power of two from 16 to 4096, "
                              f"not {rob_lines!r}")
-        if not _is_int(max_lines_per_row) or not 1 <= max_lines_per_row <= 256:
+        if not is_int(max_lines_per_row) or not 1 <= max_lines_per_row <= 256:
             raise ValueError(f"max_lines_per_row must be an integer from 1 to 256, "
                              f"not {max_lines_per_row!r}")
         self._addr_width = addr_width
