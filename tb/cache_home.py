@@ -34,7 +34,6 @@ and a write is in the home when the device reports it complete.
 
 from __future__ import annotations
 
-import bisect
 import random
 from collections import deque
 from collections.abc import Callable
@@ -47,6 +46,7 @@ from hw.cxl.messages import (
     H2DReqOpcode,
     H2DRspOpcode,
 )
+from tb.due_queue import DueQueue, Scheduled
 
 __all__ = [
     "CHANNELS",
@@ -177,15 +177,10 @@ class Txn:
 
 
 @dataclass(eq=False)
-class _Msg:
-    channel: str
-    fields: dict
-    due: int
-    seq: int
+class _Msg(Scheduled):
+    channel: str = ""
     txn: Txn | None = None
     role: str = ""              # "data", "go", "pull", "snoop", "extra", "raw"
-    after: _Msg | None = None   # not offered before this one was taken
-    taken: int | None = None
 
 
 @dataclass
@@ -223,9 +218,8 @@ class CacheHome:
         self.snoops_sent -= len(self._snoops)
         self._snoops = {}
         self._free_uqids = deque(range(UQIDS))
-        self._pending: dict[str, list[_Msg]] = {c: [] for c in CHANNELS}
-        self._offered: dict[str, _Msg | None] = dict.fromkeys(CHANNELS)
-        self._seq = 0
+        self._queues = {c: DueQueue(self.rng, reorder=self.timing.reorder)
+                        for c in CHANNELS}
 
     def read_line(self, line: int) -> int:
         if line not in self.mem:
@@ -236,13 +230,13 @@ class CacheHome:
     def idle(self) -> bool:
         """Nothing in flight: no open request, no message to send, no snoop unanswered."""
         return (not self._open and not self._snoops and not self._pulls
-                and not any(self._pending.values()) and not any(self._offered.values()))
+                and not any(self._queues.values()))
 
     def outstanding(self) -> str:
         """What keeps the home from being idle, for hang messages."""
         parts = [f"{t.kind} cqid {t.cqid} (seq {t.seq}, open msgs {t.open_msgs}, wants data "
                  f"{t.wants_data})" for t in list(self._open.values())[:5]]
-        parts += [f"{c}: {len(v)} pending" for c, v in self._pending.items() if v]
+        parts += [f"{c}: {len(q)} pending" for c, q in self._queues.items() if q]
         if self._snoops:
             parts.append(f"{len(self._snoops)} snoops unanswered")
         return "; ".join(parts) or "nothing"
@@ -253,9 +247,8 @@ class CacheHome:
 
     def _send(self, channel: str, fields: dict, due: int, *, txn: Txn | None = None,
               role: str = "", after: _Msg | None = None) -> _Msg:
-        msg = _Msg(channel, fields, due, self._seq, txn, role, after)
-        self._seq += 1
-        bisect.insort(self._pending[channel], msg, key=lambda m: (m.due, m.seq))
+        msg = self._queues[channel].push(_Msg(fields, due, after, channel=channel, txn=txn,
+                                              role=role))
         if txn is not None:
             txn.open_msgs += 1
         return msg
@@ -269,31 +262,14 @@ class CacheHome:
         """The message to present on H2D ``channel`` in cycle ``t``, or None. Once a
         message is returned it is returned again until :meth:`take`; it must then be
         presented every cycle (stream rule)."""
-        if self._offered[channel] is not None:
-            return self._offered[channel].fields
-        pending = self._pending[channel]
-        ready = []
-        for msg in pending:
-            if msg.due > t:
-                break
-            if msg.after is None or (msg.after.taken is not None and msg.after.taken < t):
-                ready.append(msg)
-                if not self.timing.reorder:
-                    break
-        if not ready:
-            return None
-        msg = self.rng.choice(ready) if self.timing.reorder else ready[0]
-        pending.remove(msg)
-        self._offered[channel] = msg
-        return msg.fields
+        msg = self._queues[channel].offer(t)
+        return None if msg is None else msg.fields
 
     def take(self, channel: str, t: int) -> None:
         """The message offered on ``channel`` was transferred at cycle ``t``."""
-        msg = self._offered[channel]
+        msg = self._queues[channel].take(t)
         if msg is None:
             raise HomeProtocolError(f"H2D {channel}: transfer with nothing offered")
-        self._offered[channel] = None
-        msg.taken = t
         self.log.append((t, f"h2d_{channel}", msg.fields))
         txn = msg.txn
         if txn is None:

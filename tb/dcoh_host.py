@@ -39,12 +39,12 @@ reports success leaves its pages claimed and uncached.
 
 from __future__ import annotations
 
-import bisect
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hw.cxl.messages import D2HReqOpcode, M2SReqOpcode, MetaField
+from tb.due_queue import DueQueue, Scheduled
 
 __all__ = [
     "FWD_FAULTS",
@@ -114,14 +114,9 @@ class HostReq:
 
 
 @dataclass(eq=False)
-class _Msg:
-    fields: dict
-    due: int
-    seq: int
+class _Msg(Scheduled):
     req: HostReq | None = None
     good: bool = False
-    after: _Msg | None = None   # not offered before this one was taken
-    taken: int | None = None
 
 
 def fwd_fields(opcode: int, tag: int, line: int) -> dict:
@@ -159,19 +154,17 @@ class DcohHost:
     def reset(self) -> None:
         """Forget everything in flight (the cache stays): the device was reset."""
         self._open: dict[int, HostReq] = {}
-        self._pending: list[_Msg] = []
-        self._offered: _Msg | None = None
-        self._seq = 0
+        self._queue = DueQueue(self.rng, reorder=self.timing.reorder)
 
     def idle(self) -> bool:
-        return not self._open and not self._pending and self._offered is None
+        return not self._open and not self._queue
 
     def outstanding(self) -> str:
         """What keeps the host from being idle, for hang messages."""
         parts = [f"cqid {r.cqid} opcode {r.opcode} line {r.line:#x} (seq {r.seq})"
                  for r in list(self._open.values())[:5]]
-        if self._pending:
-            parts.append(f"{len(self._pending)} forwards pending")
+        if self._queue:
+            parts.append(f"{len(self._queue)} forwards pending")
         return "; ".join(parts) or "nothing"
 
     def touch(self, line: int, state: str | None) -> None:
@@ -190,38 +183,19 @@ class DcohHost:
     # --- scheduling -------------------------------------------------------------------------
     def _send(self, fields: dict, due: int, *, req: HostReq | None = None,
               good: bool = False, after: _Msg | None = None) -> _Msg:
-        msg = _Msg(fields, due, self._seq, req, good, after)
-        self._seq += 1
-        bisect.insort(self._pending, msg, key=lambda m: (m.due, m.seq))
-        return msg
+        return self._queue.push(_Msg(fields, due, after, req=req, good=good))
 
     def offer(self, t: int) -> dict | None:
         """The forward to present in cycle ``t``, or None; once returned it is returned
         again until :meth:`take`."""
-        if self._offered is not None:
-            return self._offered.fields
-        ready = []
-        for msg in self._pending:
-            if msg.due > t:
-                break
-            if msg.after is None or (msg.after.taken is not None and msg.after.taken < t):
-                ready.append(msg)
-                if not self.timing.reorder:
-                    break
-        if not ready:
-            return None
-        msg = self.rng.choice(ready) if self.timing.reorder else ready[0]
-        self._pending.remove(msg)
-        self._offered = msg
-        return msg.fields
+        msg = self._queue.offer(t)
+        return None if msg is None else msg.fields
 
     def take(self, t: int) -> None:
         """The forward offered was transferred in cycle ``t``."""
-        msg = self._offered
+        msg = self._queue.take(t)
         if msg is None:
             raise DcohHostError(f"forward transfer at {t} with nothing offered")
-        self._offered = None
-        msg.taken = t
         self.log.append((t, "fwd", msg.fields))
         if not msg.good:
             return
