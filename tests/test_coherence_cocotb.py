@@ -1,0 +1,60 @@
+"""Slow tier: coherence in the whole device (``tb/test_coherence.py``): the GPU's cache of
+device lines against the DCOH, GPU memory through the CXL.cache agent, bias flips, bad
+coherence input; on Verilator (``small`` and ``default``) and Icarus (``small``).
+
+Each group is one simulator run. Icarus (with fewer descriptors and GPU operations) and
+the ``default`` device run the noisy variant of each data-moving test only, to stay
+inside the CI budget (about 90 s of CPU per simulator and config for the whole file).
+``SEED=<n>`` replays a run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import run_cocotb_group, sim_configs
+
+#: ``CONFIG=<preset or .toml>`` runs one config on every simulator.
+CASES = sim_configs({"verilator": ("small", "default"), "icarus": ("small",)})
+
+#: LOOKUP doorbells and background GPU cache operations per test.
+PARAMS = {"verilator": {"n_desc": 3, "n_gpu": 150},
+          "icarus": {"n_desc": 2, "n_gpu": 60}}
+
+
+def _variants(test: str, sim: str, config: str, **extra: list) -> list[str]:
+    # Icarus, and the default device (a 16 K-cycle bias-table sweep per test), run the
+    # noisy variant only.
+    noise = (True,) if sim == "icarus" or config == "default" else (False, True)
+    names = [f"{test}/noise={n}" for n in noise]
+    for key, values in extra.items():
+        names = [f"{name}/{key}={v}" for name in names for v in values]
+    return names
+
+
+def groups(sim: str, config: str) -> dict[str, list[str]]:
+    return {
+        "lookup": _variants("test_lookup_through_host_cache", sim, config, bias=["host", "device"]),
+        "flips": _variants("test_flips_under_traffic", sim, config),
+        "gpu_memory": [*_variants("test_mlp_snapshot_from_gpu", sim, config),
+                       *_variants("test_completions_in_gpu_memory", sim, config),
+                       "test_bad_coherence_input"],
+    }
+
+
+#: Groups not run yet, and why (docs/coherence.md, "Open device issues"): ``lookup``
+#: can deadlock when a multi-line engine burst spans a line the GPU holds dirty (the
+#: gate holds the granted lines' dones for the burst while the host's write-back waits
+#: for them in its host check), SEED=1 on Verilator ``small``; ``flips`` on Icarus reads
+#: X from a CSR after a bias flip, SEED=1.
+PENDING = {"verilator": ("lookup",), "icarus": ("lookup", "flips")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", ["lookup", "flips", "gpu_memory"])
+@pytest.mark.parametrize("sim, config", CASES)
+def test_coherence(sim: str, config: str, group: str) -> None:
+    if group in PENDING[sim]:
+        pytest.skip(f"{group} on {sim}: open device issue (PENDING)")
+    run_cocotb_group("tb.test_coherence", config, sim, group, groups(sim, config)[group],
+                     PARAMS[sim])
