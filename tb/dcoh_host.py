@@ -33,8 +33,8 @@ transfer, ``offer(t)`` for what to present on the forward input (the same messag
 and of the host: a device access to a host-bias page is granted only after its forward;
 a device-bias grant needs every line of its page claimed since the host last touched it
 and no line of the page in the host's cache; a host check is answered only once every
-access of its page permitted before the check is done; a flip to device bias that
-reports success leaves its pages claimed and uncached.
+access of its page permitted before the check is done (a host-bias access: of its
+line); a flip to device bias that reports success leaves its pages claimed and uncached.
 """
 
 from __future__ import annotations
@@ -262,6 +262,7 @@ class _Grant:
     host_bias: bool
     t: int
     t_fwd: int | None
+    line: int
 
 
 class BiasChecker:
@@ -286,6 +287,7 @@ class BiasChecker:
         self.claimed: dict[int, set[int]] = {}      # page -> device lines claimed
         self.outstanding: dict[int, _Grant] = {}    # handle -> undone grant
         self.answers: dict[int, list[tuple[int, int]]] = {}  # page -> (t_chk, t_answer)
+        self.line_answers: dict[int, list[tuple[int, int]]] = {}  # line -> the same
         self.fwds: dict[int, HostReq] = {}          # CQID -> forward taken, not granted
         self.to_host: dict[int, int] = {}           # page -> end of its last flip to host
 
@@ -318,7 +320,7 @@ class BiasChecker:
             want = D2HReqOpcode.RdOwn.value if write else self.host.read_opcode.value
             assert req.opcode == want, f"{where}: sent as opcode {req.opcode}"
             t_fwd = req.t_fwd
-            for t_chk, t_ans in self.answers.get(page, ()):
+            for t_chk, t_ans in self.line_answers.get(line, ()):
                 assert not (t_fwd < t_chk and t_ans < t), (
                     f"{where}: its forward (at {t_fwd}) came before the host check at "
                     f"{t_chk}, which was answered at {t_ans} before the grant")
@@ -331,7 +333,7 @@ class BiasChecker:
             cached = self.host.cached(self.host_lines(page))
             assert not cached, f"{where}: device-bias grant while the host caches {cached}"
             self.grants["device"] += 1
-        self.outstanding[handle] = _Grant(page, host_bias, t, t_fwd)
+        self.outstanding[handle] = _Grant(page, host_bias, t, t_fwd, line)
 
     def done(self, t: int, handle: int) -> None:
         assert self.outstanding.pop(handle, None) is not None, \
@@ -342,7 +344,8 @@ class BiasChecker:
         (transferred) in cycle ``t_ans``; the host may touch the page from now on."""
         page = line // self.lpp
         for handle, g in self.outstanding.items():
-            if g.page != page:
+            # A host-bias access counts only for a check of its own line.
+            if g.page != page or (g.host_bias and g.line != line):
                 continue
             assert g.host_bias, (f"check of page {page} (taken {t_chk}) answered at {t_ans} "
                                  f"with device-bias handle {handle} (granted {g.t}) undone")
@@ -355,6 +358,7 @@ class BiasChecker:
                 f"check at {t_chk} flipped back page {page}, which was never flipped"
         self.claimed[page] = set()
         self.answers.setdefault(page, []).append((t_chk, t_ans))
+        self.line_answers.setdefault(line, []).append((t_chk, t_ans))
         self.checks["flipped" if flipped else "plain"] += 1
 
     def flip_done(self, t_start: int, t_end: int, first: int, pages: int, *, to_host: bool,

@@ -145,9 +145,29 @@ class MlpCopier(wiring.Component):
         with m.If(axi.wready):
             m.d.sync += w_pend.eq(0)
 
+        # A payload line's AW is loaded as soon as its data is in the buffer, its W the
+        # cycle after (or later): the address runs one write ahead of the data, as an
+        # AXI arbiter that takes a W beat the cycle after its AW grant needs for one
+        # write per cycle. ``aw_ahead`` counts AWs loaded whose W is not yet loaded.
+        aw_ahead = Signal(cw)
+        aw_left = Signal(LINES_WIDTH)   # payload lines whose AW is not yet loaded
+        aw_free = ~aw_pend | axi.awready
+        w_free = ~w_pend | axi.wready
+        load_aw = Signal()
         load_pay = Signal()
-        m.d.comb += [load_pay.eq(busy & wr_left.any() & buf.r_rdy & can_load),
-                     buf.r_en.eq(load_pay)]
+        m.d.comb += [
+            load_aw.eq(busy & aw_left.any() & aw_free & (buf.level > aw_ahead)),
+            load_pay.eq(busy & wr_left.any() & buf.r_rdy & w_free & aw_ahead.any()),
+            buf.r_en.eq(load_pay),
+        ]
+        with m.If(load_aw & ~load_pay):
+            m.d.sync += aw_ahead.eq(add(aw_ahead, 1, cw))
+        with m.Elif(~load_aw & load_pay):
+            m.d.sync += aw_ahead.eq(sub(aw_ahead, 1, cw))
+        with m.If(load_aw):
+            m.d.sync += [aw_pend.eq(1), awaddr.eq(wr_addr),
+                         wr_addr.eq(add(wr_addr, 1 << _LINE_SHIFT, aw)),
+                         aw_left.eq(sub(aw_left, 1, LINES_WIDTH))]
         summing = Signal()              # wdata holds a payload line not yet summed
         acc = Signal(64)
         pay_sum = line_sum(m, wdata, name="pay_sum")
@@ -155,9 +175,7 @@ class MlpCopier(wiring.Component):
         with m.If(summing):
             m.d.sync += acc.eq(add(acc, pay_sum, 64))
         with m.If(load_pay):
-            m.d.sync += [aw_pend.eq(1), w_pend.eq(1), awaddr.eq(wr_addr),
-                         wdata.eq(buf.r_data),
-                         wr_addr.eq(add(wr_addr, 1 << _LINE_SHIFT, aw)),
+            m.d.sync += [w_pend.eq(1), wdata.eq(buf.r_data),
                          wr_left.eq(sub(wr_left, 1, LINES_WIDTH))]
 
         quiet = Signal()                # nothing requested or written is unanswered
@@ -180,7 +198,7 @@ class MlpCopier(wiring.Component):
             m.d.sync += held.eq(add(held, 1, cw))
         with m.Elif(~ar_go & handed):
             m.d.sync += held.eq(sub(held, 1, cw))
-        loaded = load_pay | load_hdr
+        loaded = load_aw | load_hdr     # a write is counted from its AW
         with m.If(loaded & ~axi.bvalid):
             m.d.sync += b_wait.eq(add(b_wait, 1, LINES_WIDTH + 1))
         with m.Elif(~loaded & axi.bvalid):
@@ -192,7 +210,8 @@ class MlpCopier(wiring.Component):
             m.d.sync += [
                 busy.eq(1), err.eq(0), hdr_sent.eq(0), acc.eq(0),
                 rd_addr.eq(self.src), wr_addr.eq(self.dst), hdr_addr.eq(self.header_addr),
-                rd_left.eq(self.lines), wr_left.eq(self.lines),
+                rd_left.eq(self.lines), wr_left.eq(self.lines), aw_left.eq(self.lines),
+                aw_ahead.eq(0),
                 hdr.magic.eq(MLP_MAGIC), hdr.rsvd0.eq(0), hdr.batch_id.eq(self.batch_id),
                 hdr.rsvd1.eq(0), hdr.length.eq(zext(Cat(C(0, _LINE_SHIFT), self.lines), 64)),
                 hdr.check.eq(0), hdr.rsvd2.eq(0),

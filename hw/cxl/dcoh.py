@@ -172,12 +172,16 @@ class Dcoh(wiring.Component):
     on ``i_host_chk`` and serves the request only after the answer on ``o_host_chk``.
     The DCOH answers once no access to the page that was granted before the check (or
     whose forward was accepted at least one cycle before the check's handshake) is still
-    undone; a page in device bias is first set to host bias (``flipped = 1``), so the
-    host may then cache its lines. A line beyond device memory is answered at once with
-    ``error`` (CHK_RANGE). Checks are answered in order. Waiting needs only the device's
-    own accesses to finish, never a CXL message, so holding the host's request channel
-    for the answer cannot deadlock as long as no user makes a done wait for another
-    grant (``docs/dcoh.md``, "Rules for users").
+    undone, where an access permitted in host bias (by its forward) counts only for a
+    check of its own line: the host ordered it with its forward, and a user that holds a
+    granted line until another line of the page is granted (a burst) would otherwise
+    deadlock against the host's write-back of that other line; a page in device bias is
+    first set to host bias (``flipped = 1``), so the host may then cache its lines. A
+    line beyond device memory is answered at once with ``error`` (CHK_RANGE). Checks are
+    answered in order. Waiting needs only the device's own accesses to finish, never a
+    CXL message, so holding the host's request channel for the answer cannot deadlock as
+    long as no user makes a done wait for another grant (``docs/dcoh.md``, "Rules for
+    users").
 
     **Latency** (idle DCOH, outputs ready): an ``i_acc`` handshake in cycle 0 puts a
     host-bias D2H Req valid in cycle 2 and a device-bias (or error) grant valid in cycle
@@ -394,6 +398,11 @@ class Dcoh(wiring.Component):
         s_errg = Signal(n)      # error grant waiting to be picked
         s_eout = Signal(n)      # error grant in the output register
         e_page = [Signal(pb, name=f"e_page{i}") for i in range(n)]
+        # Line within the page, and "permitted by a forward" (host bias): a host check
+        # waits for such an access only when it is to the same line (see "Host check").
+        lo_bits = max(1, shift)
+        e_lo = [Signal(lo_bits, name=f"e_lo{i}") for i in range(n)]
+        e_fwd = Signal(n)
         m.submodules.info = info_mem = Memory(shape=_INFO, depth=n, init=[])
         info_wr = info_mem.write_port()
         # The forward check reads an entry in the cycle its forward is taken; an entry
@@ -514,6 +523,8 @@ class Dcoh(wiring.Component):
         for i, e in enumerate(e_page):
             with m.If(alloc_any & alloc_oh[i]):
                 m.d.sync += e.eq(new_page)
+                if shift:
+                    m.d.sync += e_lo[i].eq(b.line[:shift])
         rd_op = self._read_opcode.value
         with m.If(b_go & b_host_acc):
             m.d.sync += [
@@ -619,6 +630,7 @@ class Dcoh(wiring.Component):
 
         m.d.sync += [
             s_wait.eq((s_wait & ~clr_wait) | set_wait),
+            e_fwd.eq((e_fwd & ~Mux(alloc_any, alloc_oh, 0)) | clr_wait),
             s_claim.eq((s_claim & ~clr_claim) | set_claim),
             s_ready.eq((s_ready & ~picked_ok) | set_ready),
             s_out.eq((s_out & ~delivered_ok) | picked_ok),
@@ -645,7 +657,14 @@ class Dcoh(wiring.Component):
         k_page = page_of(k_line)
         k_in = _named(m, lt_const(k_line, total_lines), "k_in")
         # Without this cycle's done: its entry leaves ``tracked`` only at the next edge.
-        k_snap = _named(m, page_match(k_page, "chk_match") & tracked & ~clr_granted, "k_snap")
+        # A host-bias access (permitted by its forward) holds the check only for its own
+        # line: the host ordered it with its forward, and waiting for it on other lines
+        # would deadlock a user that holds a granted line until another line of the
+        # same page is granted after a write-back the check is holding.
+        k_lo = k_line[:shift] if shift else C(0, 1)
+        same_line = Cat(*(lo == k_lo for lo in e_lo)) if shift else C((1 << n) - 1, n)
+        k_snap = _named(m, page_match(k_page, "chk_match") & tracked & ~clr_granted
+                        & (~e_fwd | same_line), "k_snap")
         och_free = ~och.valid | och.ready
         # A check of the page a flip is claiming spoils that page's flip.
         k_on_flip = Signal()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -183,8 +184,11 @@ class DcohGate(wiring.Component):
     answers one ID in order); the gate then returns the handles of the entry's non-error
     lines on ``o_done``, one per cycle (entries in round-robin order over both
     directions), and frees the entry. A done waits for nothing but ``o_done.ready``, never
-    for a grant. W beats pass only while an AW issued downstream is waiting for its data
-    (the subordinate may wait for AW before W); otherwise ``up.wready`` is low.
+    for a grant. W beats go into a buffer of ``max(4, 2 * max_burst_lines)`` beats (``up.wready``
+    is low only while it is full) and leave it only while an AW issued downstream is
+    waiting for its data (the subordinate may wait for AW before W): a manager that
+    presents AW and W together keeps one write per cycle flowing while AWs wait for
+    their grants.
 
     **Latency** (idle gate, DCOH idle in device bias: grant valid 3 cycles after the
     ``i_acc`` handshake; everything ready): an AR / AW taken from ``up`` in cycle 0 asks
@@ -277,6 +281,7 @@ class DcohGate(wiring.Component):
         self._handle_bits = handle_bits
         self._entries = entries
         self._max_burst_lines = max_burst_lines
+        self._w_buffer = max(4, 2 * max_burst_lines)
         # Bits of the line index k in a tag and of a handle slot (at least one, so that
         # no signal is zero bits wide).
         self._kbits = max(1, max_burst_lines.bit_length() - 1)
@@ -349,15 +354,29 @@ class DcohGate(wiring.Component):
                   for f in _ADDR_FIELDS],
             ]
 
-        # --- W: only for AWs already downstream ---------------------------------------
+        # --- W: buffered, and passed on only for AWs already downstream --------------
+        # The buffer takes W beats while their AW waits for its grants, so a manager
+        # that presents AW and W together (and waits for both) keeps streaming.
         w_owed = Signal(range(n + 1))   # issued AWs whose last W beat has not passed
-        w_open = _named(m, ~en | w_owed.any(), "w_open")
+        w_bits = len(up.wdata) + len(up.wstrb) + 1
+        m.submodules.w_buf = w_buf = SyncFIFOBuffered(width=w_bits, depth=self._w_buffer)
+        w_open = _named(m, w_owed.any(), "w_open")
         w_last_hs = _named(m, en & down.wvalid & down.wready & down.wlast, "w_last_hs")
-        m.d.comb += [
-            down.wvalid.eq(up.wvalid & w_open),
-            up.wready.eq(down.wready & w_open),
-            down.wdata.eq(up.wdata), down.wstrb.eq(up.wstrb), down.wlast.eq(up.wlast),
-        ]
+        with m.If(en):
+            m.d.comb += [
+                w_buf.w_en.eq(up.wvalid),
+                w_buf.w_data.eq(Cat(up.wdata, up.wstrb, up.wlast)),
+                up.wready.eq(w_buf.w_rdy),
+                down.wvalid.eq(w_buf.r_rdy & w_open),
+                w_buf.r_en.eq(down.wready & w_open),
+                Cat(down.wdata, down.wstrb, down.wlast).eq(w_buf.r_data),
+            ]
+        with m.Else():
+            m.d.comb += [
+                down.wvalid.eq(up.wvalid),
+                up.wready.eq(down.wready),
+                down.wdata.eq(up.wdata), down.wstrb.eq(up.wstrb), down.wlast.eq(up.wlast),
+            ]
         m.d.sync += w_owed.eq(sub(add(w_owed, wr.issue_hs, len(w_owed)), w_last_hs,
                                   len(w_owed)))
 
@@ -459,5 +478,5 @@ class DcohGate(wiring.Component):
                          w_n.eq(p_nok), w_active.eq(~lt_const(p_nok, 2))]
 
         m.d.comb += self.o_busy.eq(Cat(*(p.alloc.any() | p.g_valid for p in paths)).any() |
-                                   done.valid | w_active | w_owed.any())
+                                   done.valid | w_active | w_owed.any() | w_buf.r_rdy)
         return m
