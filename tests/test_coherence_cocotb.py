@@ -42,16 +42,9 @@ def groups(sim: str, config: str) -> dict[str, list[str]]:
     }
 
 
-#: Groups not run yet, and why (docs/coherence.md, "Open device issues"): ``flips`` on
-#: Icarus reads X from a CSR after a bias flip, SEED=1.
-PENDING = {"verilator": (), "icarus": ("flips",)}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("group", ["lookup", "flips", "gpu_memory"])
 @pytest.mark.parametrize("sim, config", CASES)
 def test_coherence(sim: str, config: str, group: str) -> None:
-    if group in PENDING[sim]:
-        pytest.skip(f"{group} on {sim}: open device issue (PENDING)")
     run_cocotb_group("tb.test_coherence", config, sim, group, groups(sim, config)[group],
                      PARAMS[sim])
