@@ -35,6 +35,7 @@ def _variants(test: str, sim: str, config: str, **extra: list) -> list[str]:
 def groups(sim: str, config: str) -> dict[str, list[str]]:
     return {
         "lookup": _variants("test_lookup_through_host_cache", sim, config, bias=["host", "device"]),
+        "update": _variants("test_update_through_host_cache", sim, config, bias=["host", "device"]),
         "flips": _variants("test_flips_under_traffic", sim, config),
         "gpu_memory": [*_variants("test_mlp_snapshot_from_gpu", sim, config),
                        *_variants("test_completions_in_gpu_memory", sim, config),
@@ -43,7 +44,7 @@ def groups(sim: str, config: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("group", ["lookup", "flips", "gpu_memory"])
+@pytest.mark.parametrize("group", ["lookup", "update", "flips", "gpu_memory"])
 @pytest.mark.parametrize("sim, config", CASES)
 def test_coherence(sim: str, config: str, group: str) -> None:
     run_cocotb_group("tb.test_coherence", config, sim, group, groups(sim, config)[group],
