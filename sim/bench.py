@@ -12,6 +12,10 @@ vectors the IEEE-754 units were checked on (``sim/fpcheck.py``).
 recovery cycles for one uncommitted batch, and a crash campaign's points tried and
 survived (``tb/bench_ckpt.py``, ``tb/test_ckpt.py``).
 
+``coherence.json``: cycles of the same LOOKUPs with the table in host bias ÷ in device
+bias, lines per cycle of a large RdCurr snapshot of GPU memory, and the transfers the
+coherence checker checked meanwhile (``tb/bench_coherence.py``).
+
 ``system.json``: DLRM training through the whole device (``sim/train.py``,
 ``tb/train_dlrm.py``) per workload preset, TrainingCXL against the software baseline on
 the same device and PMEM model, without a power failure: ``speedup_vs_baseline``,
@@ -37,8 +41,8 @@ from hw.config import load_config
 from . import toolenv
 from .runner import BUILD, run
 
-__all__ = ["SYSTEM_OVERRIDES", "bench_ckpt", "bench_engine", "bench_mem_endpoint",
-           "bench_system", "main"]
+__all__ = ["SYSTEM_OVERRIDES", "bench_ckpt", "bench_coherence", "bench_engine",
+           "bench_mem_endpoint", "bench_system", "main"]
 
 
 def _measure(testcase: str, config, sim: str, params: dict, seed: int | None, *,
@@ -222,12 +226,48 @@ def bench_system(config_name: str, sim: str, seed: int | None) -> dict:
     }
 
 
+#: The coherence benchmark's workloads (issue 5): PMEM as in the engine benchmark (reads
+#: 120 cycles, writes 40, one line per cycle, one channel); the gather's table (4,096 rows
+#: of dim 64 fp32, 1 MiB: 16 pages of 64 KiB in ``default``) read by 2 LOOKUPs of 128 bags
+#: x 20 rows, the host answering a host-bias RdCurr with its MemRdFwd after
+#: 50 cycles; a 512 KiB MLP snapshot of GPU memory with the GPU answering after 100.
+COH_PMEM = {"pmem_read_latency": 120, "pmem_write_latency": 40, "pmem_jitter": 0,
+            "pmem_channels": 1, "pmem_peak": 1.0}
+COH_GATHER = {**COH_PMEM, "dim": 64, "batch": 128, "pooling": 20, "rows": 4096, "n_desc": 2,
+              "host_latency": 50, "gpu_latency": 100}
+COH_RDCURR = {**COH_PMEM, "mlp_lines": 8192, "gpu_latency": 100, "host_latency": 50}
+
+
+def bench_coherence(config_name: str, sim: str, seed: int | None) -> dict:
+    config = load_config(config_name)
+    t0 = time.monotonic()
+    print("  gather, table in host bias and in device bias ...")
+    gather = _measure("bench_gather_bias", config, sim, COH_GATHER, seed,
+                      module="tb.bench_coherence")
+    print("  RdCurr snapshot of GPU memory ...")
+    rdcurr = _measure("bench_rdcurr", config, sim, COH_RDCURR, seed,
+                      module="tb.bench_coherence")
+    return {
+        "benchmark": "coherence",
+        "simulator": sim,
+        "config": config.name,
+        "device_bias_gather_speedup": gather["device_bias_gather_speedup"],
+        "rdcurr_utilization": rdcurr["rdcurr_utilization"],
+        "coherence_checks": gather["coherence_checks"] + rdcurr["coherence_checks"],
+        "gather_run": gather,
+        "rdcurr_run": rdcurr,
+        "targets": {"rdcurr_utilization": ">= 0.90"},
+        "wall_seconds": round(time.monotonic() - t0, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="default")
     parser.add_argument("--sim", default="verilator", choices=toolenv.SIMULATORS)
     parser.add_argument("--seed", type=int)
-    parser.add_argument("--only", choices=("mem_endpoint", "engine", "ckpt", "system"),
+    parser.add_argument("--only", choices=("mem_endpoint", "engine", "ckpt", "coherence",
+                                           "system"),
                         help="run one benchmark (default: all)")
     args = parser.parse_args(argv)
     toolenv.setup()
@@ -236,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     benches = {"mem_endpoint": (bench_mem_endpoint, ("sim_speed_runs",)),
                "engine": (bench_engine, ("gather_runs", "update_run", "fp_checks")),
                "ckpt": (bench_ckpt, ("iteration_runs", "recovery_run", "campaign_run")),
+               "coherence": (bench_coherence, ("gather_run", "rdcurr_run")),
                "system": (bench_system, ())}
     for name, (bench, details) in benches.items():
         if args.only and name != args.only:
