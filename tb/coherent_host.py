@@ -48,6 +48,7 @@ from hw.cxl.messages import (
     MetaValue,
     NDROpcode,
 )
+from hw.top import DCOH_CQID_BASE
 from sim.golden_memory import LINE_BYTES
 from tb.cache_home import CacheHome, HomeTiming, background_line
 from tb.host_agent import HostAgent, Txn
@@ -62,8 +63,6 @@ _D2H = {"req": ("o_d2h_req", D2HReq), "rsp": ("o_d2h_rsp", D2HRsp),
         "data": ("o_d2h_data", D2HData)}
 _FWD_OPS = (M2SReqOpcode.MemRdFwd.value, M2SReqOpcode.MemWrFwd.value)
 _READS = (D2HReqOpcode.RdCurr.value, D2HReqOpcode.RdShared.value)
-#: The DCOH's CQIDs start here (``docs/dcoh.md``, "Entries"); the cache agent's are below.
-DCOH_CQID_BASE = 2048
 
 
 def _bytes(value: int) -> bytes:

@@ -30,13 +30,13 @@ from hw.cxl.dcoh import DcohError
 from hw.cxl.messages import Codec, D2HReqOpcode, H2DRspOpcode, M2SReqOpcode
 from hw.engine.completion import RECORD
 from hw.engine.descriptor import DescKind, PoolMode, Status
+from hw.top import DCOH_CQID_BASE
 from sim import ckpt
 from sim import embedding as emb
 from sim.embedding import BF16, FP32, LINE_BYTES
 from tb.cache_home import HomeTiming
 from tb.ckpt_driver import CkptDriver
 from tb.coherent_host import (
-    DCOH_CQID_BASE,
     CoherenceChecker,
     CoherentHostAgent,
     CxlCacheBfm,
