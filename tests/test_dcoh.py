@@ -1061,7 +1061,7 @@ def test_reset_in_traffic(seed):
     tb.populate()
     tb.flip(0, 8)
     tb.random_accesses(150)
-    tb.hooks.append(random_hook(flip_rate=0.05, chk_rate=0.05, oor_share=0.0))
+    tb.hooks.append(random_hook(flip_rate=0.05, chk_rate=0.02, oor_share=0.0))
     tb.reset_at = 400
     fresh = {}
 
