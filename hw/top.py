@@ -136,7 +136,7 @@ class Device(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        m.submodules.router = router = M2sRouter()
+        m.submodules.router = router = M2sRouter(pmem_lines=cfg.pmem_lines)
         m.submodules.dcoh = dcoh = Dcoh(pages=cfg.dcoh_pages, page_bytes=cfg.page_bytes,
                                         cqids=cfg.dcoh_cqids, cqid_base=DCOH_CQID_BASE)
         m.submodules.cache_agent = agent = CacheAgent(cqids=cfg.cache_cqids,

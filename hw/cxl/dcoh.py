@@ -27,6 +27,7 @@ __all__ = [
     "LINE_BITS",
     "Dcoh",
     "DcohError",
+    "grant_layout",
 ]
 
 #: Width of a line address, device (offset in the HDM) or host (Addr[51:6]).
@@ -67,6 +68,13 @@ class DcohError:
     FLIP_BUSY = 7           # flip start while a flip (or the reset sweep) runs: ignored
     FLIP_CONTENDED = 8      # host touched a page while the flip claimed it: page not flipped
     COUNT = 9
+
+
+def grant_layout(handle_bits: int) -> data.StructLayout:
+    """``o_grant`` payload for handles of ``handle_bits`` bits: ``tag``, ``handle``,
+    ``error``, ``host_bias`` (shared with the users' grant inputs)."""
+    return data.StructLayout({"tag": TAG_BITS, "handle": handle_bits, "error": 1,
+                              "host_bias": 1})
 
 
 #: Entry info, written when a CQID / handle is allocated.
@@ -304,8 +312,7 @@ class Dcoh(wiring.Component):
         self._cqid_base = cqid_base
         self._read_opcode = read_opcode
         page_bits = max(1, (pages - 1).bit_length())
-        self._grant_layout = data.StructLayout({
-            "tag": TAG_BITS, "handle": cqids.bit_length() - 1, "error": 1, "host_bias": 1})
+        self._grant_layout = grant_layout(cqids.bit_length() - 1)
         self._flip_layout = data.StructLayout({
             "first_page": page_bits, "pages": pages.bit_length(), "to_host": 1})
         super().__init__({

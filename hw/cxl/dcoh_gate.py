@@ -19,7 +19,7 @@ from ..widths import is_pow2 as _is_pow2
 from ..widths import lt_const, zext
 from ..widths import select_bit as _bit
 from .cache_agent import TAG_BITS
-from .dcoh import ACC_REQ, LINE_BITS, _lowest, _named, _onehot
+from .dcoh import ACC_REQ, LINE_BITS, _lowest, _named, _onehot, grant_layout
 
 __all__ = ["DcohGate"]
 
@@ -285,8 +285,7 @@ class DcohGate(wiring.Component):
         # Bits of the line index k in a tag and of a handle slot (at least one, so that
         # no signal is zero bits wide).
         self._kbits = max(1, max_burst_lines.bit_length() - 1)
-        self._grant_layout = data.StructLayout({
-            "tag": TAG_BITS, "handle": handle_bits, "error": 1, "host_bias": 1})
+        self._grant_layout = grant_layout(handle_bits)
         axi = AXI4Signature(addr_width=addr_width, data_width=_DATA_WIDTH, id_width=id_width)
         super().__init__({
             "up": In(axi),

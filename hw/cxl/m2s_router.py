@@ -9,8 +9,9 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..widths import eq_const
+from ..widths import eq_const, is_int
 from .dcoh import CHK_RSP
+from .mem_endpoint import hdm_decode
 from .messages import M2SReq, M2SReqOpcode, M2SRwD, M2SRwDOpcode
 
 __all__ = ["M2sRouter"]
@@ -77,12 +78,17 @@ class M2sRouter(wiring.Component):
     enable : ``In(1)``
     hdm_base : ``In(46)``, hdm_size : ``In(47)``
         The endpoint's HDM decoder (host line address of device line 0; lines, where
-        bit 46 set means the whole space).
+        bit 46 set means the whole space); with the parameter ``pmem_lines`` (lines of
+        device memory) the router decodes exactly as the endpoint does
+        (:func:`~hw.cxl.mem_endpoint.hdm_decode`).
     o_busy : ``Out(1)``
         A message or a check is in the router.
     """
 
-    def __init__(self):
+    def __init__(self, *, pmem_lines: int):
+        if not is_int(pmem_lines) or pmem_lines < 1:
+            raise ValueError(f"pmem_lines must be a positive integer, not {pmem_lines!r}")
+        self._pmem_lines = pmem_lines
         super().__init__({
             "i_req": In(stream.Signature(M2SReq)),
             "i_rwd": In(stream.Signature(M2SRwD)),
@@ -102,15 +108,10 @@ class M2sRouter(wiring.Component):
         m.submodules.order = order = SyncFIFOBuffered(width=1, depth=_ORDER_DEPTH)
 
         def decode(line, name):
-            """(in HDM range, device line) of host line address ``line``."""
-            offset = Signal(LINE_BITS + 1, name=f"{name}_offset")
-            in_range = Signal(name=f"{name}_in_range")
-            m.d.comb += [
-                offset.eq(line - self.hdm_base),
-                in_range.eq(~offset[LINE_BITS]
-                            & (self.hdm_size[LINE_BITS]
-                               | (offset[:LINE_BITS] < self.hdm_size[:LINE_BITS]))),
-            ]
+            """(in HDM range, device line) of host line address ``line``: the
+            endpoint's own decoder, so exactly the lines it serves are checked."""
+            in_range, offset = hdm_decode(m, line, self.hdm_base, self.hdm_size,
+                                          self._pmem_lines, name)
             return in_range, offset[:LINE_BITS]
 
         req, rwd = self.i_req.p, self.i_rwd.p

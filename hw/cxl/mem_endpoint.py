@@ -36,6 +36,7 @@ __all__ = [
     "MemError",
     "PerfEvents",
     "dev_load_thresholds",
+    "hdm_decode",
 ]
 
 
@@ -95,6 +96,23 @@ def dev_load_thresholds(max_tags: int) -> tuple[int, int, int]:
     idle device is Light and a busy one SevereOverload).
     """
     return tuple((k * max_tags + 3) // 4 for k in (1, 2, 3))
+
+
+def hdm_decode(m: Module, line, hdm_base, hdm_size, pmem_lines: int, name: str):
+    """The HDM decoder: ``(in range, offset)`` of host line address ``line`` (46 bits)
+    for ``hdm_base`` (46 bits) and ``hdm_size`` (47 bits; bit 46 set: the whole space).
+    In range means at or above the base, below base + size, and inside the
+    ``pmem_lines`` lines of device memory; ``offset[:46]`` is then the device line."""
+    offset = Signal(47, name=f"{name}_offset")   # bit 46: borrow
+    in_range = Signal(name=f"{name}_in_range")
+    m.d.comb += [
+        offset.eq(line - hdm_base),
+        # Compare 46 bits and treat size bit 46 separately: when a parent ties that bit
+        # to 0, Yosys then keeps both comparison operands equally wide.
+        in_range.eq(~offset[46] & (hdm_size[46] | (offset[:46] < hdm_size[:46])) &
+                    lt_const(offset, pmem_lines)),
+    ]
+    return in_range, offset
 
 
 def _xor_fold(value, width: int):
@@ -241,16 +259,8 @@ class MemEndpoint(wiring.Component):
 
         # --- HDM decode -------------------------------------------------------------
         def decode(line, name):
-            offset = Signal(47, name=f"{name}_offset")   # bit 46: borrow
-            in_range = Signal(name=f"{name}_in_range")
-            m.d.comb += [
-                offset.eq(line - self.hdm_base),
-                # Compare 46 bits and treat size bit 46 separately: when a parent ties
-                # that bit to 0, Yosys then keeps both comparison operands equally wide.
-                in_range.eq(~offset[46] &
-                            (self.hdm_size[46] | (offset[:46] < self.hdm_size[:46])) &
-                            lt_const(offset, cfg.pmem_lines)),
-            ]
+            in_range, offset = hdm_decode(m, line, self.hdm_base, self.hdm_size,
+                                          cfg.pmem_lines, name)
             dev_line = offset[:line_width]
             bucket = Signal(bucket_width, name=f"{name}_bucket")
             m.d.comb += bucket.eq(_xor_fold(dev_line, bucket_width))
