@@ -73,6 +73,11 @@ class DeviceConfig:
         the pooling accumulators and the update's row cache lines.
     update_cache_rows:
         Rows the UPDATE coalescing cache holds (power of two, 2 to 256).
+    engine_sequencers:
+        Bag sequencers of the engine (1 to 4): that many LOOKUP / UPDATE descriptors
+        have their checks and index reads in flight at once (``docs/embedding.md``,
+        "Execution order"). Each takes AXI ID bits: ``axi_id_width - 3 -
+        ceil(log2 engine_sequencers)`` must be at least 2.
     ckpt_filter_rows:
         Entries of the undo logger's duplicate-row filter (power of two, 2 to 4096).
     ckpt_fifo_lines:
@@ -115,6 +120,7 @@ class DeviceConfig:
     dcoh_cqids: int = 64
     cache_cqids: int = 128
     cache_write_cqids: int = 16
+    engine_sequencers: int = 2
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -175,6 +181,11 @@ class DeviceConfig:
         if not is_pow2(self.update_cache_rows) or not 2 <= self.update_cache_rows <= 256:
             raise ValueError("update_cache_rows must be a power of two between 2 and 256, "
                              f"not {self.update_cache_rows}")
+        seq_bits = (self.engine_sequencers - 1).bit_length()
+        if not 1 <= self.engine_sequencers <= 4 or self.axi_id_width - 3 - seq_bits < 2:
+            raise ValueError("engine_sequencers must be between 1 and 4, with axi_id_width - 3 "
+                             "- ceil(log2 engine_sequencers) at least 2, not "
+                             f"{self.engine_sequencers}")
         if (not is_pow2(self.page_bytes) or not 64 <= self.page_bytes <= (1 << 21)
                 or self.page_bytes > self.pmem_size):
             raise ValueError("page_bytes must be a power of two between 64 and 2 MiB and at "

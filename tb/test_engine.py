@@ -147,9 +147,10 @@ async def test_lookup_specials(dut):
 @cocotb.parametrize(**NOISE)
 async def test_update_random(dut, idle, backpressure):
     """UPDATEs with repeated rows (Zipf indices), weights, padding_idx and bf16 rounding
-    after every update; LOOKUPs of the same table before and after each UPDATE in the
-    same doorbell (read-after-write across descriptors). Tables compared bit for bit,
-    ``rows_written`` against the documented direct-mapped cache."""
+    after every update; LOOKUPs of the same table before and after each UPDATE, and
+    UPDATEs of the same table back to back, in the same doorbell (read-after-write
+    across descriptors, with several bag sequencers checking ahead). Tables compared bit
+    for bit, ``rows_written`` against the documented direct-mapped cache."""
     tb, drv, rng = await _start(dut, "update_random", idle=idle, backpressure=backpressure)
     n_desc = tb.params.get("n_desc", 12)
     done = 0
@@ -169,6 +170,9 @@ async def test_update_random(dut, idle, backpressure):
             await drv.lookup(table, batch, mode=mode, batch_id=done)
             await drv.update(table, batch, grads, mode=mode, batch_id=done)
             done += 2
+            if rng.random() < 0.5:      # the same rows again, right behind
+                await drv.update(table, batch, -grads, mode=mode, batch_id=done)
+                done += 1
         await drv.lookup(table, _random_batch(rng, table.rows, 4, pooling=6))
         done += 1
         await drv.run()

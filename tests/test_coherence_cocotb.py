@@ -44,17 +44,9 @@ def groups(sim: str, config: str) -> dict[str, list[str]]:
     }
 
 
-#: Groups not run on a simulator, and why (docs/coherence.md, "Device issues"): on
-#: Icarus, ``flips`` reads X from a CSR during the first flips under traffic (SEED=1
-#: and SEED=700277381 on ``small``); clean on Verilator.
-PENDING = {"verilator": (), "icarus": ("flips",)}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("group", ["lookup", "update", "flips", "gpu_memory"])
 @pytest.mark.parametrize("sim, config", CASES)
 def test_coherence(sim: str, config: str, group: str) -> None:
-    if group in PENDING[sim]:
-        pytest.skip(f"{group} on {sim}: open issue (PENDING)")
     run_cocotb_group("tb.test_coherence", config, sim, group, groups(sim, config)[group],
                      PARAMS[sim])

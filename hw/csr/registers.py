@@ -477,6 +477,7 @@ _PARAM_DOCS: Mapping[str, str] = {
     "dcoh_cqids": "DCOH entries (CQIDs 2048 and up).",
     "cache_cqids": "Read CQIDs of the CXL.cache agent.",
     "cache_write_cqids": "Write CQIDs of the CXL.cache agent.",
+    "engine_sequencers": "Bag sequencers of the engine (descriptors checked at once).",
 }
 
 _HDM_NOTE = ("The decoder uses the new value from the cycle after the write; software "
@@ -618,7 +619,7 @@ def _engine_registers() -> Iterable[Register]:
                 Field("IN_FLIGHT", 8, 8, "Descriptors fetched and not yet completed."),
                 Field("UNDO_STALL", 16, 1, "The gather waits for the undo-capture consumer "
                       "(the checkpoint logger)."),
-                Field("SERIAL", 17, 1, "A serialising descriptor (UPDATE, COMMIT, FENCE) "
+                Field("SERIAL", 17, 1, "A serialising descriptor (COMMIT, FENCE) "
                       "is waiting for earlier ones or executing.")],
         doc="Live status of the embedding engine.")
     yield Register(

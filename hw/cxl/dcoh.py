@@ -13,7 +13,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..arith.fp32 import add, sub
-from ..widths import eq_const, lt_const, zext
+from ..widths import eq_const, lowest_set, lt_const, named, onehot, zext
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
 from ..widths import select_bit as _bit
@@ -80,39 +80,6 @@ def grant_layout(handle_bits: int) -> data.StructLayout:
 #: Entry info, written when a CQID / handle is allocated.
 _INFO = data.StructLayout({"host_line": LINE_BITS, "tag": TAG_BITS, "write": 1, "claim": 1,
                            "host_bias": 1, "error": 1})
-
-
-def _named(m: Module, value, name: str) -> Signal:
-    """``value`` as a named combinational signal. Amaranth emits an expression once per
-    use (no common subexpressions), so a value used in several places gets a name."""
-    sig = Signal(len(value), name=name)
-    m.d.comb += sig.eq(value)
-    return sig
-
-
-def _lowest(m: Module, vector, name: str) -> tuple[Signal, Signal]:
-    """``(any, index)`` of the lowest set bit of ``vector`` (a power-of-two number of bits,
-    at least 2): a tree of depth log2(len) with a named signal per node, because Amaranth
-    emits an expression once per use and a shared subtree would grow exponentially."""
-    width = len(vector).bit_length() - 1
-    vector = _named(m, vector, f"{name}_in")
-    any_, idx = Signal(name=f"{name}_any"), Signal(width, name=f"{name}_idx")
-    if len(vector) == 2:
-        m.d.comb += [any_.eq(vector[0] | vector[1]), idx.eq(~vector[0])]
-    else:
-        half = len(vector) // 2
-        lo_any, lo_idx = _lowest(m, vector[:half], f"{name}_l")
-        hi_any, hi_idx = _lowest(m, vector[half:], f"{name}_h")
-        m.d.comb += [any_.eq(lo_any | hi_any),
-                     idx.eq(Cat(Mux(lo_any, lo_idx, hi_idx), ~lo_any))]
-    return any_, idx
-
-
-def _onehot(m: Module, index, n: int, name: str) -> Signal:
-    """``n``-bit one-hot decode of ``index``."""
-    out = Signal(n, name=name)
-    m.d.comb += out.eq(Cat(*(eq_const(index, i) for i in range(n))))
-    return out
 
 
 # Phases of the host check and of the flip command.
@@ -380,6 +347,12 @@ class Dcoh(wiring.Component):
         depth = max(self._pages, 2)     # a depth-1 memory would have a zero-width address
         total_lines = self._pages << shift
         err = Signal(DcohError.COUNT)   # this cycle's errors (registered onto o_err_set)
+        # One signal per kind, joined into ``err`` by one assignment: a bit assigned on
+        # its own becomes a one-line ``always @*`` in the Verilog, which Icarus runs only
+        # once its inputs change, so a kind never raised stayed X there.
+        names = {v: k.lower() for k, v in vars(DcohError).items() if k.isupper() and k != "COUNT"}
+        err_kind = [Signal(name=f"err_{names[k]}") for k in range(DcohError.COUNT)]
+        m.d.comb += err.eq(Cat(*err_kind))
         info = {}                       # kind -> (opcode, id, address) of this cycle's error
 
         def page_of(line):
@@ -425,9 +398,9 @@ class Dcoh(wiring.Component):
         ]
         have_free = Signal()
         alloc_idx = Signal(k)           # the lowest free entry
-        free_any, free_idx = _lowest(m, free, "free")
+        free_any, free_idx = lowest_set(m, free, "free")
         m.d.comb += [have_free.eq(free_any), alloc_idx.eq(free_idx)]
-        alloc_oh = _onehot(m, alloc_idx, n, "alloc_oh")
+        alloc_oh = onehot(m, alloc_idx, n, "alloc_oh")
 
         def page_match(page, name: str) -> Signal:
             match = Signal(n, name=name)
@@ -455,7 +428,7 @@ class Dcoh(wiring.Component):
         f_wr_req = Signal()
         f_wr_val = Signal()
         f_wr_go = Signal()
-        f_claiming = _named(m, eq_const(f_phase, _F_CLAIM) | eq_const(f_phase, _F_COMMIT),
+        f_claiming = named(m, eq_const(f_phase, _F_CLAIM) | eq_const(f_phase, _F_COMMIT),
                             "f_claiming")
 
         # --- stage B: the access's bias decision --------------------------------------------
@@ -466,7 +439,7 @@ class Dcoh(wiring.Component):
         b = Signal(ACC_REQ)
         b_go = Signal()
         b_page = page_of(b.line)
-        b_in = _named(m, lt_const(b.line, total_lines), "b_in")
+        b_in = named(m, lt_const(b.line, total_lines), "b_in")
         b_dev = bias_acc.data[0]
         m.d.comb += [
             acc.ready.eq(~clearing & (~b_valid | b_go)),
@@ -498,7 +471,7 @@ class Dcoh(wiring.Component):
             b_go.eq(b_res & ~(c_res & prefer_claim)),
             c_go.eq(c_res & ~b_go),
         ]
-        alloc_any = _named(m, b_go | c_go, "alloc_any")
+        alloc_any = named(m, b_go | c_go, "alloc_any")
         with m.If(c_go):
             m.d.sync += prefer_claim.eq(0)
         with m.Elif(b_go):
@@ -526,7 +499,7 @@ class Dcoh(wiring.Component):
             set_claim.eq(Mux(c_go, alloc_oh, 0)),
             set_errg.eq(Mux(b_go & b_err_acc, alloc_oh, 0)),
         ]
-        new_page = _named(m, Mux(c_go, f_cur, b_page), "new_page")
+        new_page = named(m, Mux(c_go, f_cur, b_page), "new_page")
         for i, e in enumerate(e_page):
             with m.If(alloc_any & alloc_oh[i]):
                 m.d.sync += e.eq(new_page)
@@ -562,7 +535,7 @@ class Dcoh(wiring.Component):
             m.d.sync += [f1_op.eq(fwd.p.opcode), f1_tag.eq(fwd.p.tag),
                          f1_line.eq(fwd.p.address[1:])]
         f_idx = f1_tag[:k]
-        f_oh = _onehot(m, f_idx, n, "fwd_oh")
+        f_oh = onehot(m, f_idx, n, "fwd_oh")
         fi = info_f.data
         f_ours = eq_const(f1_tag[k:], self._cqid_base >> k)
         f_is_wait = _bit(m, s_wait, f_idx, "fwd_wait")
@@ -575,9 +548,9 @@ class Dcoh(wiring.Component):
             f_op_ok.eq(Mux(fi.write, eq_const(f1_op, M2SReqOpcode.MemWrFwd.value),
                            eq_const(f1_op, M2SReqOpcode.MemRdFwd.value))),
             f_good.eq(f_inflight & f_op_ok & (f1_line == fi.host_line)),
-            err[DcohError.FWD_NOT_IN_FLIGHT].eq(f1_valid & ~f_inflight),
-            err[DcohError.FWD_OPCODE].eq(f_inflight & ~f_op_ok),
-            err[DcohError.FWD_ADDRESS].eq(f_inflight & f_op_ok & (f1_line != fi.host_line)),
+            err_kind[DcohError.FWD_NOT_IN_FLIGHT].eq(f1_valid & ~f_inflight),
+            err_kind[DcohError.FWD_OPCODE].eq(f_inflight & ~f_op_ok),
+            err_kind[DcohError.FWD_ADDRESS].eq(f_inflight & f_op_ok & (f1_line != fi.host_line)),
             clr_wait.eq(Mux(f_good & f_is_wait, f_oh, 0)),
             clr_claim.eq(Mux(f_good & f_is_claim, f_oh, 0)),
         ]
@@ -590,13 +563,13 @@ class Dcoh(wiring.Component):
         # --- grants: a round-robin pick among the entries waiting, into o_grant ---------
         m.d.comb += set_ready.eq(Mux(b_go & b_dev_acc, alloc_oh, 0) |
                                  Mux(f_good & f_is_wait, f_oh, 0))
-        cand = _named(m, s_ready | s_errg, "cand")
+        cand = named(m, s_ready | s_errg, "cand")
         g_ptr = Signal(k)               # the entry after the last one picked
         g_idx = Signal(k)               # the entry whose grant is in o_grant
-        above = _named(m, Cat(*(lt_const(g_ptr, i + 1) for i in range(n))), "above")
-        pick_any, pick_wide = _lowest(m, Cat(cand & above, cand), "pick")
+        above = named(m, Cat(*(lt_const(g_ptr, i + 1) for i in range(n))), "above")
+        pick_any, pick_wide = lowest_set(m, Cat(cand & above, cand), "pick")
         pick_idx = pick_wide[:k]
-        pick_oh = _onehot(m, pick_idx, n, "pick_oh")
+        pick_oh = onehot(m, pick_idx, n, "pick_oh")
         g_load = ~ogr.valid | ogr.ready
         pick = g_load & pick_any
         m.d.comb += [
@@ -614,24 +587,24 @@ class Dcoh(wiring.Component):
             m.d.sync += ogr.valid.eq(pick_any)
         with m.If(pick):
             m.d.sync += [g_idx.eq(pick_idx), g_ptr.eq(add(pick_idx, 1, k))]
-        g_oh = _onehot(m, g_idx, n, "grant_oh")
+        g_oh = onehot(m, g_idx, n, "grant_oh")
         g_hs = ogr.valid & ogr.ready
         m.d.comb += [
             delivered_ok.eq(Mux(g_hs, g_oh & s_out, 0)),
             delivered_err.eq(Mux(g_hs, g_oh & s_eout, 0)),
-            err[DcohError.ACC_RANGE].eq(delivered_err.any()),
+            err_kind[DcohError.ACC_RANGE].eq(delivered_err.any()),
         ]
         info[DcohError.ACC_RANGE] = (C(0, 4), ogr.p.tag, info_g.data.host_line)
 
         # --- dones --------------------------------------------------------------------------
         dn = self.i_done
-        d_oh = _onehot(m, dn.payload, n, "done_oh")
+        d_oh = onehot(m, dn.payload, n, "done_oh")
         d_hit = Signal()
         m.d.comb += [
             dn.ready.eq(1),
             d_hit.eq(dn.valid & _bit(m, s_granted, dn.payload, "done_granted")),
             clr_granted.eq(Mux(d_hit, d_oh, 0)),
-            err[DcohError.DONE_UNEXPECTED].eq(dn.valid & ~d_hit),
+            err_kind[DcohError.DONE_UNEXPECTED].eq(dn.valid & ~d_hit),
         ]
         info[DcohError.DONE_UNEXPECTED] = (C(0, 4), zext(dn.payload, 16), C(0, LINE_BITS))
 
@@ -662,7 +635,7 @@ class Dcoh(wiring.Component):
         k_wr_req = Signal()
         k_wr_go = Signal()
         k_page = page_of(k_line)
-        k_in = _named(m, lt_const(k_line, total_lines), "k_in")
+        k_in = named(m, lt_const(k_line, total_lines), "k_in")
         # Without this cycle's done: its entry leaves ``tracked`` only at the next edge.
         # A host-bias access (permitted by its forward) holds the check only for its own
         # line: the host ordered it with its forward, and waiting for it on other lines
@@ -670,7 +643,7 @@ class Dcoh(wiring.Component):
         # same page is granted after a write-back the check is holding.
         k_lo = k_line[:shift] if shift else C(0, 1)
         same_line = Cat(*(lo == k_lo for lo in e_lo)) if shift else C((1 << n) - 1, n)
-        k_snap = _named(m, page_match(k_page, "chk_match") & tracked & ~clr_granted
+        k_snap = named(m, page_match(k_page, "chk_match") & tracked & ~clr_granted
                         & (~e_fwd | same_line), "k_snap")
         och_free = ~och.valid | och.ready
         # A check of the page a flip is claiming spoils that page's flip.
@@ -711,7 +684,7 @@ class Dcoh(wiring.Component):
             m.d.sync += [och.valid.eq(1), och.p.flipped.eq(k_flipped), och.p.error.eq(~k_in)]
         with m.Elif(och.ready):
             m.d.sync += och.valid.eq(0)
-        m.d.comb += err[DcohError.CHK_RANGE].eq(k_done & ~k_in)
+        m.d.comb += err_kind[DcohError.CHK_RANGE].eq(k_done & ~k_in)
         info[DcohError.CHK_RANGE] = (C(0, 4), C(0, 16), k_line)
         with m.If(chk.ready):      # after the phase updates, so a new check starts clean
             m.d.sync += k_valid.eq(chk.valid)
@@ -734,7 +707,7 @@ class Dcoh(wiring.Component):
         # --- flip command ---------------------------------------------------------------
         f_busy = ~eq_const(f_phase, _F_IDLE)
         f_match = page_match(f_cur, "flip_match")
-        flip_end = _named(m, add(flip.first_page, flip.pages, pb + 2), "flip_end")
+        flip_end = named(m, add(flip.first_page, flip.pages, pb + 2), "flip_end")
         m.d.comb += [
             bias_flip.addr.eq(f_cur),
             fst.busy.eq(f_busy | clearing),
@@ -764,7 +737,7 @@ class Dcoh(wiring.Component):
             with m.Case(_F_COMMIT):
                 with m.If(f_spoil | k_on_flip):
                     m.d.sync += [f_err.eq(1), f_phase.eq(_F_NEXT)]
-                    m.d.comb += err[DcohError.FLIP_CONTENDED].eq(1)
+                    m.d.comb += err_kind[DcohError.FLIP_CONTENDED].eq(1)
                 with m.Else():
                     m.d.comb += [f_wr_req.eq(1), f_wr_val.eq(1)]
                     with m.If(f_wr_go):
@@ -791,14 +764,14 @@ class Dcoh(wiring.Component):
 
         start = self.i_flip_start
         with m.If(start & (f_busy | clearing)):
-            m.d.comb += err[DcohError.FLIP_BUSY].eq(1)
+            m.d.comb += err_kind[DcohError.FLIP_BUSY].eq(1)
         with m.Elif(start):
             m.d.sync += [fst.done.eq(0), fst.error.eq(0)]
             with m.If(~flip.pages.any()):
                 m.d.sync += fst.done.eq(1)
             with m.Elif(~lt_const(flip_end, self._pages + 1)):
                 m.d.sync += [fst.done.eq(1), fst.error.eq(1)]
-                m.d.comb += err[DcohError.FLIP_RANGE].eq(1)
+                m.d.comb += err_kind[DcohError.FLIP_RANGE].eq(1)
             with m.Else():
                 m.d.sync += [f_phase.eq(_F_READ), f_cur.eq(flip.first_page),
                              f_end.eq(flip_end), f_to_host.eq(flip.to_host), f_err.eq(0)]

@@ -16,10 +16,10 @@ from ..arith.fp32 import add, sub
 from ..bus.axi import AXI4Signature
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
-from ..widths import lt_const, zext
+from ..widths import lowest_set, lt_const, named, onehot, zext
 from ..widths import select_bit as _bit
 from .cache_agent import TAG_BITS
-from .dcoh import ACC_REQ, LINE_BITS, _lowest, _named, _onehot, grant_layout
+from .dcoh import ACC_REQ, LINE_BITS, grant_layout
 
 __all__ = ["DcohGate"]
 
@@ -32,14 +32,14 @@ _ADDR_FIELDS = ("id", "addr", "len", "size", "burst", "lock", "cache", "prot")
 
 def _at_or_above(m: Module, ptr, n: int, name: str) -> Signal:
     """``n`` bits, bit ``i`` set for ``i >= ptr``: the first half of a circular scan."""
-    return _named(m, Cat(*(lt_const(ptr, i + 1) for i in range(n))), name)
+    return named(m, Cat(*(lt_const(ptr, i + 1) for i in range(n))), name)
 
 
 def _circular_first(m: Module, vector, ptr, name: str) -> tuple[Signal, Signal]:
     """``(any, index)`` of the first set bit of ``vector`` at or after ``ptr``, wrapping."""
     n = len(vector)
     above = _at_or_above(m, ptr, n, f"{name}_above")
-    any_, wide = _lowest(m, Cat(vector & above, vector), name)
+    any_, wide = lowest_set(m, Cat(vector & above, vector), name)
     return any_, wide[:n.bit_length() - 1]
 
 
@@ -89,13 +89,13 @@ class _Path:
         self.g_k = Signal(kb, name=f"{name}_g_k")
         g_last = Signal(kb, name=f"{name}_g_last")
         self.g_take = Signal(name=f"{name}_g_take")    # driven by the o_acc arbiter
-        g_at_last = _named(m, self.g_k == g_last, f"{name}_g_at_last")
+        g_at_last = named(m, self.g_k == g_last, f"{name}_g_at_last")
 
-        a_free = _named(m, ~_bit(m, self.alloc, a_ptr, f"{name}_a_busy"), f"{name}_a_free")
+        a_free = named(m, ~_bit(m, self.alloc, a_ptr, f"{name}_a_busy"), f"{name}_a_free")
         g_free = ~self.g_valid | (self.g_take & g_at_last)
-        self.gated_ready = _named(m, a_free & g_free, f"{name}_gated_ready")
-        hs = _named(m, en & self.up_valid & self.gated_ready, f"{name}_hs")
-        a_oh = _onehot(m, a_ptr, n, f"{name}_a_oh")
+        self.gated_ready = named(m, a_free & g_free, f"{name}_gated_ready")
+        hs = named(m, en & self.up_valid & self.gated_ready, f"{name}_hs")
+        a_oh = onehot(m, a_ptr, n, f"{name}_a_oh")
         length = getattr(up, f"{ch}len")
         m.d.comb += [
             mem_wr.en.eq(hs),
@@ -132,13 +132,13 @@ class _Path:
                     m.d.sync += self.nok[e].eq(add(self.nok[e], 1, cw))
 
         # --- issue downstream, in allocation order ----------------------------------------
-        granted = _named(m, Cat(*(~r.any() for r in self.rem)), f"{name}_all_granted")
-        issuable = _named(m, self.alloc & ~self.issued & granted, f"{name}_issuable")
-        self.gated_valid = _named(m, _bit(m, issuable, i_ptr, f"{name}_i_sel"),
+        granted = named(m, Cat(*(~r.any() for r in self.rem)), f"{name}_all_granted")
+        issuable = named(m, self.alloc & ~self.issued & granted, f"{name}_issuable")
+        self.gated_valid = named(m, _bit(m, issuable, i_ptr, f"{name}_i_sel"),
                                   f"{name}_gated_valid")
-        self.issue_hs = _named(m, en & self.gated_valid & self.down_ready,
+        self.issue_hs = named(m, en & self.gated_valid & self.down_ready,
                                f"{name}_issue_hs")
-        i_oh = _onehot(m, i_ptr, n, f"{name}_i_oh")
+        i_oh = onehot(m, i_ptr, n, f"{name}_i_oh")
         m.d.comb += mem_rd.addr.eq(Mux(self.issue_hs, add(i_ptr, 1, eb), i_ptr))
         self.gated = {f: getattr(mem_rd.data, f) for f in _ADDR_FIELDS}
         with m.If(self.issue_hs):
@@ -147,10 +147,10 @@ class _Path:
         # --- responses (driven by the gate): the oldest issued entry of that ID ----------
         self.resp_hs = Signal(name=f"{name}_resp_hs")
         self.resp_id = Signal(gate.id_width, name=f"{name}_resp_id")
-        cand = _named(m, self.issued & ~self.resp & Cat(*(i == self.resp_id for i in self.ids)),
+        cand = named(m, self.issued & ~self.resp & Cat(*(i == self.resp_id for i in self.ids)),
                       f"{name}_resp_cand")
         r_any, r_idx = _circular_first(m, cand, a_ptr, f"{name}_resp_pick")
-        r_oh = _named(m, Mux(self.resp_hs & r_any, _onehot(m, r_idx, n, f"{name}_resp_oh"), 0),
+        r_oh = named(m, Mux(self.resp_hs & r_any, onehot(m, r_idx, n, f"{name}_resp_oh"), 0),
                       f"{name}_resp_set")
 
         # --- state updates (``picked`` / ``freed`` driven by the done walker) -------------
@@ -359,8 +359,8 @@ class DcohGate(wiring.Component):
         w_owed = Signal(range(n + 1))   # issued AWs whose last W beat has not passed
         w_bits = len(up.wdata) + len(up.wstrb) + 1
         m.submodules.w_buf = w_buf = SyncFIFOBuffered(width=w_bits, depth=self._w_buffer)
-        w_open = _named(m, w_owed.any(), "w_open")
-        w_last_hs = _named(m, en & down.wvalid & down.wready & down.wlast, "w_last_hs")
+        w_open = named(m, w_owed.any(), "w_open")
+        w_last_hs = named(m, en & down.wvalid & down.wready & down.wlast, "w_last_hs")
         with m.If(en):
             m.d.comb += [
                 w_buf.w_en.eq(up.wvalid),
@@ -396,8 +396,8 @@ class DcohGate(wiring.Component):
         hold = Signal()
         hold_w = Signal()
         prefer_w = Signal()
-        sel_w = _named(m, Mux(hold, hold_w, wr.g_valid & (~rd.g_valid | prefer_w)), "acc_sel_w")
-        take = _named(m, acc.valid & acc.ready, "acc_take")
+        sel_w = named(m, Mux(hold, hold_w, wr.g_valid & (~rd.g_valid | prefer_w)), "acc_sel_w")
+        take = named(m, acc.valid & acc.ready, "acc_take")
         m.d.comb += [
             acc.valid.eq(rd.g_valid | wr.g_valid),
             acc.p.line.eq(Mux(sel_w, wr.g_line, rd.g_line)),
@@ -415,8 +415,8 @@ class DcohGate(wiring.Component):
         gr = self.i_grant
         g_entry = gr.p.tag[kb:kb + eb]
         g_write = gr.p.tag[kb + eb]
-        g_oh = _onehot(m, g_entry, n, "grant_entry_oh")
-        g_nok = _named(m, Array(rd.nok + wr.nok)[Cat(g_entry, g_write)], "grant_nok")
+        g_oh = onehot(m, g_entry, n, "grant_entry_oh")
+        g_nok = named(m, Array(rd.nok + wr.nok)[Cat(g_entry, g_write)], "grant_nok")
         m.submodules.handles = handles = Memory(shape=self._handle_bits, depth=2 * n << kb,
                                                 init=[])
         h_wr = handles.write_port()
@@ -447,14 +447,14 @@ class DcohGate(wiring.Component):
         w_n = Signal(cw)                # its non-error handles
         w_ptr = Signal(eb + 1)          # the entry after the last one picked
         p_any, p_idx = _circular_first(m, queued, w_ptr, "done_pick")
-        p_nok = _named(m, Array(rd.nok + wr.nok)[p_idx], "done_pick_nok")
-        load = _named(m, ~done.valid | done.ready, "done_load")
-        pick = _named(m, load & ~w_active & p_any, "done_pick_go")
-        last = _named(m, add(w_k, 1, cw) == w_n, "done_last")
+        p_nok = named(m, Array(rd.nok + wr.nok)[p_idx], "done_pick_nok")
+        load = named(m, ~done.valid | done.ready, "done_load")
+        pick = named(m, load & ~w_active & p_any, "done_pick_go")
+        last = named(m, add(w_k, 1, cw) == w_n, "done_last")
         freed = Signal(2 * n)
         picked = Signal(2 * n)
-        p_oh = _onehot(m, p_idx, 2 * n, "done_pick_oh")
-        w_oh = _onehot(m, w_sel, 2 * n, "done_walk_oh")
+        p_oh = onehot(m, p_idx, 2 * n, "done_pick_oh")
+        w_oh = onehot(m, w_sel, 2 * n, "done_walk_oh")
         m.d.comb += [
             h_rd.en.eq(load),
             # The payload is the read port's data, which holds while ``en`` is low.

@@ -69,10 +69,15 @@ class Engine(wiring.Component):
     An MLP_CHECKPOINT waits for the previous copy to finish, starts the
     :class:`~hw.ckpt.mlp_copy.MlpCopier` and completes (the copy runs in the
     background); a COMMIT waits while a copy is running and the newest valid MLP
-    checkpoint lags its batch by more than ``ck_mlp_k``. LOOKUPs follow each other without
-    waiting (the pooling settings travel with the rows); UPDATE, COMMIT and FENCE wait
-    until every earlier descriptor has completed, and nothing is dispatched after them
-    until they have completed.
+    checkpoint lags its batch by more than ``ck_mlp_k``. LOOKUPs and UPDATEs go to the
+    ``engine_sequencers`` bag sequencers in turn, and a merge passes their rows and
+    statuses on in dispatch order; LOOKUPs follow each other without waiting (the
+    pooling settings travel with the rows). An UPDATE is dispatched once no earlier
+    LOOKUP, COMMIT or FENCE is outstanding; the rows of the descriptor after it pass the
+    merge only once the scatter has reported the UPDATE (its writes are durable), and
+    the gradient feed and the scatter take their settings from an UPDATE as its rows
+    start. COMMIT and FENCE wait until every earlier descriptor
+    has completed, and nothing is dispatched after them until they have completed.
 
     Members
     -------
@@ -96,7 +101,7 @@ class Engine(wiring.Component):
     o_undo : ``Out(stream.Signature(UNDO))``
         LOOKUP's undo capture (:class:`~.row_gather.RowGather`).
     busy, in_flight, serial, undo_stall : ``Out``
-        ``ENG_STATUS`` fields.
+        ``ENG_STATUS`` fields (``serial``: a COMMIT or FENCE is outstanding).
     err_desc, err_seq, err_info, err_overrun, err_pmem : ``Out``
         ``ENG_ERR`` sets and the capture values.
     ev_desc_done, ev_line_gathered, ev_bag_pooled, ev_upd_line_written,
@@ -171,7 +176,21 @@ class Engine(wiring.Component):
         max_lines = cfg.engine_max_lines
 
         m.submodules.fetch = fetch = DescFetch(addr_width=aw, id_width=mid)
-        m.submodules.sequencer = seq = BagSequencer(addr_width=aw, id_width=mid)
+        # The bag sequencers, behind their own arbiter when there are several.
+        n_seq = cfg.engine_sequencers
+        seq_bits = (n_seq - 1).bit_length()
+        seqs = [BagSequencer(addr_width=aw, id_width=mid - seq_bits) for _ in range(n_seq)]
+        for k, s in enumerate(seqs):
+            m.submodules[f"sequencer{k}"] = s
+        if n_seq > 1:
+            m.submodules.seq_arb = seq_arb = AxiArbiter(
+                addr_width=aw, data_width=_LINE_BITS, id_width=mid - seq_bits,
+                priorities=[0] * n_seq)
+            for k, s in enumerate(seqs):
+                wiring.connect(m, s.pmem, getattr(seq_arb, f"m{k}"))
+            seq_port = seq_arb.sub
+        else:
+            seq_port = seqs[0].pmem
         m.submodules.gather = gather = RowGather(
             addr_width=aw, id_width=mid, rob_lines=cfg.gather_rob_lines,
             max_lines_per_row=max_lines)
@@ -220,10 +239,11 @@ class Engine(wiring.Component):
         m.submodules.info_q = info_q = SyncFIFOBuffered(width=INFO.size, depth=_QUEUE)
         m.submodules.status_q = status_q = SyncFIFOBuffered(width=STATUS.size, depth=_QUEUE)
 
-        blocks = {"gather": gather, "sequencer": seq, "completion": comp, "fetch": fetch,
-                  "grad": grad, "scatter": scatter, "recovery": recovery, "background": bg}
+        ports = {"gather": gather.pmem, "sequencer": seq_port, "completion": comp.pmem,
+                 "fetch": fetch.pmem, "grad": grad.pmem, "scatter": scatter.pmem,
+                 "recovery": recovery.pmem, "background": bg.sub}
         for i, name in enumerate(_MANAGERS):
-            port = bg.sub if name == "background" else blocks[name].pmem
+            port = ports[name]
             wiring.connect(m, port, getattr(arb, f"m{i}"))
         wiring.connect(m, arb.sub, wiring.flipped(self.pmem))
         wiring.connect(m, comp.o_rec, wiring.flipped(self.o_cache_wr))
@@ -248,8 +268,7 @@ class Engine(wiring.Component):
         known = lt_const(kind, max(k.value for k in DescKind) + 1)
         too_big = at_least(d.dim, cfg.engine_max_dim + 1)
         executes = (is_lookup | is_update) & ~too_big
-        serialising = (is_update | eq_const(kind, DescKind.COMMIT.value)
-                       | eq_const(kind, DescKind.FENCE.value))
+        serialising = eq_const(kind, DescKind.COMMIT.value) | eq_const(kind, DescKind.FENCE.value)
         # --- checkpoint state (docs/checkpoint.md)
         ck_on = Signal()                # the last recovery succeeded: logging and commits on
         committed = Signal(32)
@@ -308,14 +327,24 @@ class Engine(wiring.Component):
                                 & (sub(d.batch_id, mlp_batch, 32) > self.ck_mlp_k))
 
         outstanding = Signal(8)         # dispatched, not completed
-        serial = Signal()               # a serialising descriptor is outstanding
+        lookups_out = Signal(8)         # LOOKUPs among them
+        serial = Signal()               # a COMMIT or FENCE is outstanding
         # Undo records of earlier LOOKUPs durable: nothing in the gather's undo FIFO,
         # nothing in the logger.
         undo_drained = logger.drained & ~gather.o_undo.valid
+        # The sequencer the next executed descriptor goes to (round-robin), and the one
+        # whose rows and status go on next (the same order).
+        disp = Signal(max(1, seq_bits))
+        turn = Signal(max(1, seq_bits))
+        seq_ready = Signal()
+        for k, s in enumerate(seqs):
+            with m.If(eq_const(disp, k)):
+                m.d.comb += seq_ready.eq(s.i_desc.ready)
         go = Signal()
         m.d.comb += go.eq(f.valid & info_q.w_rdy & ~recovery.busy
                           & Mux(serialising, ~outstanding.any(), ~serial)
-                          & (~executes | seq.i_desc.ready)
+                          & (~is_update | ~lookups_out.any())
+                          & (~executes | seq_ready)
                           & (~(is_update & executes & ck_on) | undo_drained)
                           & ~(do_copy & copier.busy) & ~mlp_wait)
         info = INFO(info_q.w_data)
@@ -337,20 +366,74 @@ class Engine(wiring.Component):
             info.bf16.eq(d.bf16),
             info.commit.eq(do_commit),
             info.commit_word.eq(Cat(d.batch_id, epoch, C(COMMIT_MAGIC, 16))),
-            seq.i_desc.valid.eq(go & executes),
-            seq.i_desc.payload.eq(d),
         ]
-        cur = Signal(Descriptor)        # the descriptor last sent to the sequencer
-        cur_update = Signal()
-        start_grad = Signal()
-        m.d.sync += start_grad.eq(0)
+        # Per sequencer: its descriptor, and whether it holds one whose status has not
+        # gone on yet.
+        s_desc = [Signal(Descriptor, name=f"s{k}_desc") for k in range(n_seq)]
+        s_held = [Signal(name=f"s{k}_held") for k in range(n_seq)]
+        for k, s in enumerate(seqs):
+            sel = go & executes & eq_const(disp, k)
+            m.d.comb += [s.i_desc.valid.eq(sel), s.i_desc.payload.eq(d)]
+            with m.If(sel):
+                m.d.sync += [s_desc[k].eq(d), s_held[k].eq(1)]
         with m.If(go & executes):
-            m.d.sync += [cur.eq(d), cur_update.eq(is_update), start_grad.eq(is_update)]
+            m.d.sync += disp.eq(Mux(eq_const(disp, n_seq - 1), 0, add(disp, 1, len(disp))))
         done = comp.complete
         with m.If(go & ~done):
             m.d.sync += outstanding.eq(add(outstanding, 1, 8))
         with m.Elif(~go & done):
             m.d.sync += outstanding.eq(sub(outstanding, 1, 8))
+        lookup_in = go & is_lookup
+        lookup_done = done & eq_const(comp.kind, DescKind.LOOKUP.value)
+        with m.If(lookup_in & ~lookup_done):
+            m.d.sync += lookups_out.eq(add(lookups_out, 1, 8))
+        with m.Elif(~lookup_in & lookup_done):
+            m.d.sync += lookups_out.eq(sub(lookups_out, 1, 8))
+
+        # --- the merge: the sequencers' rows and statuses in dispatch order. The rows
+        # of whatever follows an UPDATE wait until the UPDATE's writes are durable (the
+        # scatter has reported, or its status failed): later descriptors read what it
+        # wrote. An UPDATE is dispatched only once no earlier LOOKUP is outstanding, so
+        # it writes its table after their pooled vectors are durable. The checks and
+        # index reads of the descriptors after an UPDATE run before that.
+        cur = Signal(Descriptor)        # the descriptor of the turn's sequencer
+        cur_update = Signal()
+        t_held = Signal()
+        t_rows = stream.Signature(ROW).create()
+        t_status = stream.Signature(STATUS).create()
+        opened = Signal()               # the turn's rows and status may go on
+        upd_running = Signal()          # an UPDATE's rows went on; its writes not durable
+        for k, s in enumerate(seqs):
+            with m.If(eq_const(turn, k)):
+                m.d.comb += [
+                    cur.eq(s_desc[k]), t_held.eq(s_held[k]),
+                    t_rows.valid.eq(s.o_rows.valid & opened),
+                    t_rows.payload.eq(s.o_rows.payload),
+                    s.o_rows.ready.eq(t_rows.ready & opened),
+                    t_status.valid.eq(s.o_status.valid & opened),
+                    t_status.payload.eq(s.o_status.payload),
+                    s.o_status.ready.eq(t_status.ready & opened),
+                ]
+        m.d.comb += cur_update.eq(eq_const(cur.kind, DescKind.UPDATE.value))
+        upd = Signal(Descriptor)        # the UPDATE whose items the scatter applies
+        route_update = Signal()         # the gather's lines go to the scatter
+        start_grad = Signal()
+        m.d.sync += start_grad.eq(0)
+        with m.If(t_held & ~opened & ~upd_running):
+            m.d.sync += [opened.eq(1), route_update.eq(cur_update)]
+            with m.If(cur_update):
+                m.d.sync += [upd.eq(cur), start_grad.eq(1), upd_running.eq(1)]
+        # An UPDATE that failed its checks has no rows, so the scatter never reports.
+        with m.If((scatter.o_done.valid & scatter.o_done.ready)
+                  | (t_status.valid & t_status.ready & cur_update
+                     & t_status.payload.status.any())):
+            m.d.sync += upd_running.eq(0)
+        with m.If(t_status.valid & t_status.ready):
+            m.d.sync += [opened.eq(0),
+                         turn.eq(Mux(eq_const(turn, n_seq - 1), 0, add(turn, 1, len(turn))))]
+            for k in range(n_seq):
+                with m.If(eq_const(turn, k)):
+                    m.d.sync += s_held[k].eq(0)
         with m.If(go & serialising):
             m.d.sync += serial.eq(1)
         with m.Elif(done & eq_const(outstanding, 1) & ~go):
@@ -428,7 +511,7 @@ class Engine(wiring.Component):
         # each side taking an item once.
         # The feed's side goes through a FIFO, so that the gather reads rows ahead of the
         # update by up to _GRAD_ROWS rows rather than by the one the fork holds.
-        rows = seq.o_rows
+        rows = t_rows
         m.submodules.grad_rows = grad_rows = SyncFIFOBuffered(width=ROW.size,
                                                               depth=_GRAD_ROWS)
         took_g = Signal()
@@ -458,14 +541,18 @@ class Engine(wiring.Component):
                 m.d.sync += [took_g.eq(0), took_f.eq(0)]
             with m.Else():
                 m.d.sync += [took_g.eq(g_ok), took_f.eq(f_ok)]
-        lpr_fp32 = Signal(9)
-        lpr_bf16 = Signal(9)
-        m.d.comb += [
-            lpr_fp32.eq(_ceil_div_pow2(cur.dim, 4, 9)),
-            lpr_bf16.eq(_ceil_div_pow2(cur.dim, 5, 9)),
-        ]
-        lpr = Signal(9)
-        m.d.comb += lpr.eq(Mux(cur.bf16, lpr_bf16, lpr_fp32))
+        def lines_per_row(desc, name):
+            """Table lines per row, and fp32 / bf16 lines per vector, of ``desc``."""
+            fp32 = Signal(9, name=f"{name}_lpr_fp32")
+            bf16 = Signal(9, name=f"{name}_lpr_bf16")
+            table = Signal(9, name=f"{name}_lpr")
+            m.d.comb += [fp32.eq(_ceil_div_pow2(desc.dim, 4, 9)),
+                         bf16.eq(_ceil_div_pow2(desc.dim, 5, 9)),
+                         table.eq(Mux(desc.bf16, bf16, fp32))]
+            return table, fp32, bf16
+
+        lpr, _, _ = lines_per_row(cur, "cur")
+        upd_lpr, upd_fp32, upd_bf16 = lines_per_row(upd, "upd")
         gc = gather.i_ctrl
         m.d.comb += [
             gc.table_base.eq(cur.table_base[:aw]),
@@ -481,10 +568,10 @@ class Engine(wiring.Component):
         lines = gather.o_lines
         m.d.comb += [
             pool.i_lines.payload.eq(lines.payload),
-            pool.i_lines.valid.eq(lines.valid & ~cur_update),
+            pool.i_lines.valid.eq(lines.valid & ~route_update),
             scatter.i_lines.payload.data.eq(lines.payload.data),
-            scatter.i_lines.valid.eq(lines.valid & cur_update),
-            lines.ready.eq(Mux(cur_update, scatter.i_lines.ready, pool.i_lines.ready)),
+            scatter.i_lines.valid.eq(lines.valid & route_update),
+            lines.ready.eq(Mux(route_update, scatter.i_lines.ready, pool.i_lines.ready)),
             pool.i_ctrl.eq(lines.payload.ctrl),
         ]
         wiring.connect(m, pool.o_pooled, comp.i_pooled)
@@ -492,25 +579,25 @@ class Engine(wiring.Component):
         sc = scatter.i_ctrl
         m.d.comb += [
             grad.start.eq(start_grad),
-            grad.data_addr.eq(cur.data_addr[:aw]),
-            grad.num_bags.eq(cur.num_bags),
-            grad.glines.eq(lpr_fp32),
-            grad.items.eq(Mux(cur.bf16, Cat(C(0, 1), lpr_bf16), lpr_fp32)),
+            grad.data_addr.eq(upd.data_addr[:aw]),
+            grad.num_bags.eq(upd.num_bags),
+            grad.glines.eq(upd_fp32),
+            grad.items.eq(Mux(upd.bf16, Cat(C(0, 1), upd_bf16), upd_fp32)),
             grad.finish.eq(grad_fin & (~grad_rows.level.any())),
-            sc.table_base.eq(cur.table_base[:aw]),
-            sc.lines_per_row.eq(lpr),
-            sc.bf16.eq(cur.bf16),
-            sc.weighted.eq(cur.weighted),
-            sc.dim.eq(cur.dim),
+            sc.table_base.eq(upd.table_base[:aw]),
+            sc.lines_per_row.eq(upd_lpr),
+            sc.bf16.eq(upd.bf16),
+            sc.weighted.eq(upd.weighted),
+            sc.dim.eq(upd.dim),
         ]
         wiring.connect(m, grad.o_items, scatter.i_items)
         wiring.connect(m, scatter.o_done, comp.i_done)
 
         # --- statuses and completion ------------------------------------------------------
         m.d.comb += [
-            status_q.w_en.eq(seq.o_status.valid),
-            status_q.w_data.eq(seq.o_status.payload),
-            seq.o_status.ready.eq(status_q.w_rdy),
+            status_q.w_en.eq(t_status.valid),
+            status_q.w_data.eq(t_status.payload),
+            t_status.ready.eq(status_q.w_rdy),
             comp.i_status.valid.eq(status_q.r_rdy),
             comp.i_status.payload.eq(status_q.r_data),
             status_q.r_en.eq(comp.i_status.ready),
@@ -540,7 +627,7 @@ class Engine(wiring.Component):
                              | (axi.bvalid & axi.bready & axi.bresp.any())),
             self.ev_desc_done.eq(done),
             self.ev_line_gathered.eq(gather.o_lines.valid & gather.o_lines.ready
-                                     & ~gather.o_lines.payload.empty_bag & ~cur_update),
+                                     & ~gather.o_lines.payload.empty_bag & ~route_update),
             self.ev_bag_pooled.eq(comp.bag_written),
             self.ev_upd_line_written.eq(scatter.pmem.awvalid & scatter.pmem.awready),
             self.ev_upd_item.eq(grad.o_items.valid & grad.o_items.ready

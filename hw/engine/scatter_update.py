@@ -136,8 +136,11 @@ class ScatterUpdate(wiring.Component):
     (newest wins), and an item whose granules an item issued 1 or 2 cycles before it
     (or 3, bf16) still computes waits in front of the pipeline. Each add therefore
     sees the previous update of its elements, which keeps the results bit-identical to
-    the sequential definition. Misses, write-backs, fills and the flush are sequential
-    and start only once the pipeline has drained.
+    the sequential definition. Misses, write-backs and fills are sequential; a miss
+    starts once no item of its slot is left in the pipeline (items of other slots drain
+    meanwhile: a write-back's line read waits while an item is at the read position, a
+    fill's line write while one is at the write position), and the flush once the
+    pipeline has drained.
 
     **Latency, throughput, reset.** Measured in simulation (no backpressure, 8-slot
     cache, PMEM read and write latency 20): an item that hits holds the input for one
@@ -147,10 +150,12 @@ class ScatterUpdate(wiring.Component):
     earlier; so rows of 3+ fp32 lines or 2+ bf16 lines never wait, and a one-line
     fp32 row repeated index after index takes 3 cycles per item, a two-line fp32 row
     1.5, a one-line bf16 row (two items, one per half) 2. An item's line is written 8
-    cycles after its transfer. A miss holds the input while the pipeline drains (up
-    to 7 cycles), then takes the row's read-ahead lines (one per cycle) and re-reads
-    its tag (1 cycle): 13 cycles on average for 4-line rows in a Zipf workload (33
-    when every fill was a read at latency 20, and the read latency grows with PMEM's);
+    cycles after its transfer. A miss holds the input while the items of its slot
+    drain (up to 7 cycles; none when the previous items were of other slots), then
+    takes the row's read-ahead lines (one per cycle) and re-reads its tag (1 cycle):
+    the missing item holds the input 11 cycles on average for 4-line fp32 rows in a
+    Zipf workload (13 while a miss waited for the whole pipeline to drain; 33 when
+    every fill was a read at latency 20, and the read latency grows with PMEM's);
     when the slot was occupied the eviction adds the write-back of ``lines_per_row``
     lines (3 cycles per line plus backpressure). A row that comes back after its own
     eviction is read from PMEM after the write-back's Bs: 45 cycles per index for two
@@ -363,6 +368,9 @@ class ScatterUpdate(wiring.Component):
             m.d.sync += [valid[k + 1].eq(valid[k]), meta[k + 1].eq(meta[k])]
         busy = Signal()     # an item not yet written
         m.d.comb += busy.eq(Cat(*valid[1:depth]).any())
+        slot_busy = Signal()    # an item of stage A's slot not yet written
+        m.d.comb += slot_busy.eq(Cat(*(valid[k] & (meta[k].addr[line_bits:] == slot)
+                                       for k in range(1, depth))).any())
 
         # --- gathered lines: every counted index's ``lines_per_row`` lines arrive on
         # ``i_lines`` in item order; a row held in the cache, or one this descriptor
@@ -483,7 +491,7 @@ class ScatterUpdate(wiring.Component):
                 # read a row an eviction wrote. A fill from the gathered lines does not.
                 from_lines = Signal()
                 m.d.comb += from_lines.eq(line0 & ~accounted & ~ev_sel[0])
-                with m.If(a_valid & ~hit & ~busy
+                with m.If(a_valid & ~hit & ~slot_busy
                           & Mux(from_lines, ~owed_high, ~b_owed.any())):
                     m.d.sync += gfill.eq(from_lines)
                     with m.If(line0 & ~accounted & ev_sel[0]):
@@ -510,7 +518,7 @@ class ScatterUpdate(wiring.Component):
                 m.d.sync += [flushing.eq(1), state.eq(_State.F_NEXT)]
 
             # --- write-back of the row in ``slot`` (``addr_row``), one line per burst
-            with m.Case(_State.WB_READ):
+            with m.Case(_State.WB_READ), m.If(~valid[2]):   # the read port is free
                 m.d.comb += rd.addr.eq(Cat(cnt[:line_bits], slot))
                 m.d.sync += state.eq(_State.WB_LOAD)
             with m.Case(_State.WB_LOAD):
@@ -540,22 +548,24 @@ class ScatterUpdate(wiring.Component):
             # --- ``cur.row`` into ``slot``: the gathered lines (after the ones still to
             # drop), or a read, one line per burst, in order (ID 0)
             with m.Case(_State.FILL):
-                m.d.comb += wr.addr.eq(Cat(r_cnt[:line_bits], slot))
+                # The write port is the pipeline's while an item is at position 7.
+                port_free = ~valid[7]
                 take = Signal()
                 with m.If(gfill):
                     m.d.comb += [
-                        gl.ready.eq(1),
-                        take.eq(gl.valid & ~drop_left.any()),
-                        wr.data.eq(gl.p.data),
+                        gl.ready.eq(port_free),
+                        take.eq(gl.valid & ~drop_left.any() & port_free),
                     ]
                 with m.Else():
                     m.d.comb += [
                         axi.arvalid.eq(cnt != lpr),
-                        axi.rready.eq(1),
-                        take.eq(axi.rvalid),
-                        wr.data.eq(axi.rdata),
+                        axi.rready.eq(port_free),
+                        take.eq(axi.rvalid & port_free),
                     ]
-                m.d.comb += wr.en.eq(take.replicate(2 * LINE_ELEMS))
+                with m.If(port_free):
+                    m.d.comb += [wr.addr.eq(Cat(r_cnt[:line_bits], slot)),
+                                 wr.data.eq(Mux(gfill, gl.p.data, axi.rdata)),
+                                 wr.en.eq(take.replicate(2 * LINE_ELEMS))]
                 with m.If(axi.arvalid & axi.arready):
                     m.d.sync += cnt.eq(add(cnt, 1, 7))
                 with m.If(take):
