@@ -23,8 +23,8 @@ from sim import embedding as emb
 from sim.embedding import FP32, LINE_BYTES
 from tb import env
 from tb.ckpt_driver import CkptDriver
+from tb.coherent_bench import HDM_D, MLP_SRC_HOST, CohBench, CoherentDriver, align_page, gpu_addr
 from tb.engine_driver import Batch, EngineDriver, random_table
-from tb.test_coherence import HDM_D, MLP_SRC_HOST, CohBench, CoherentDriver, _align, gpu_addr
 
 
 def _write(result: dict) -> None:
@@ -63,11 +63,11 @@ async def bench_gather_bias(dut):
     pb = bench.cfg.page_bytes
     drv = _TableBackdoor(bench, ring_order=6, heap_end=bench.cfg.hdm_size)
     await drv.setup()
-    first = _align(drv, pb)
+    first = align_page(drv, pb)
     drv.backdoor = True
     table = await drv.add_table(random_table(rng, rows, dim, FP32))
     drv.backdoor = False
-    pages = _align(drv, pb) - first
+    pages = align_page(drv, pb) - first
     mark = drv.heap.next
     lines = n_desc * batch * pooling * emb.lines_per_row(dim, FP32)
     runs = {}

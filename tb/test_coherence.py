@@ -2,15 +2,13 @@
 writes them through the DCOH, and reads and writes GPU memory through CXL.cache
 (``docs/coherence.md``).
 
-The bench (:class:`CohBench`) adds to :class:`~tb.device_tb.DeviceTB` the CXL.cache BFM,
-the GPU home agent, the GPU's write-back cache of device lines and the coherence checker
-of :mod:`tb.coherent_host`. The engine driver (:class:`CoherentDriver`) writes tables,
-buffers and descriptors **into the GPU's cache** (dirty, not written back), so every
-engine read of a host-bias line must fetch the GPU's data through RdCurr -> write-back
--> MemRdFwd; it reads results through the coherent view (the GPU's dirty copy, else
-PMEM). Every data-moving test runs with random idle cycles on every source and random
-backpressure on every sink of all ten CXL channels (and PMEM, CSR), on and off; the
-seed is printed and ``SEED=<n>`` replays it.
+The bench and the driver (:class:`~tb.coherent_bench.CohBench`,
+:class:`~tb.coherent_bench.CoherentDriver`) put tables, buffers and descriptors **into
+the GPU's cache** (dirty), so every engine read of a host-bias line fetches the GPU's
+data through RdCurr -> write-back -> MemRdFwd; results are read through the coherent
+view (the GPU's dirty copy, else PMEM). Every data-moving test runs with random idle
+cycles on every source and random backpressure on every sink of all ten CXL channels
+(and PMEM, CSR), on and off; the seed is printed and ``SEED=<n>`` replays it.
 
 Test parameters: ``n_desc`` (LOOKUPs per test), ``n_gpu`` (GPU cache operations of the
 background traffic), ``gpu_latency`` (GPU home's answer latency, cycles),
@@ -19,303 +17,30 @@ background traffic), ``gpu_latency`` (GPU home's answer latency, cycles),
 
 from __future__ import annotations
 
-import random
-
 import cocotb
 import numpy as np
-from cocotb.triggers import Lock
 
 from hw.cxl.cache_agent import CacheError
 from hw.cxl.dcoh import DcohError
-from hw.cxl.messages import Codec, D2HReqOpcode, H2DRspOpcode, M2SReqOpcode
-from hw.engine.completion import RECORD
+from hw.cxl.messages import D2HReqOpcode, H2DRspOpcode, M2SReqOpcode
 from hw.engine.descriptor import DescKind, PoolMode, Status
 from hw.top import DCOH_CQID_BASE
 from sim import ckpt
 from sim import embedding as emb
 from sim.embedding import BF16, FP32, LINE_BYTES
-from tb.cache_home import HomeTiming
 from tb.ckpt_driver import CkptDriver
-from tb.coherent_host import (
-    CoherenceChecker,
-    CoherentHostAgent,
-    CxlCacheBfm,
-    GpuHome,
-    HostCache,
+from tb.coherent_bench import (
+    CQ_HOST,
+    HDM_D,
+    MLP_SRC_HOST,
+    CohBench,
+    CoherentDriver,
+    align_page,
+    gpu_addr,
 )
-from tb.device_tb import DeviceTB
-from tb.engine_driver import Batch, EngineDriver, random_table
+from tb.engine_driver import Batch, random_table
 
 NOISE = {"noise": [False, True]}
-HDM_D, MLP_SRC_HOST, CQ_HOST = 1, 2, 4
-FLIP_BUSY, FLIP_DONE, FLIP_ERROR = 1, 2, 4
-_RECORD = Codec(RECORD)
-
-
-def gpu_addr(cfg, offset: int) -> int:
-    """A GPU-memory byte address ``offset`` into a region outside the HDM window: below
-    it when there is room (``small``: HDM at 1 MiB), else right above it."""
-    if cfg.hdm_base >= offset + (64 << 10):
-        return offset
-    return cfg.hdm_base + cfg.hdm_size + offset
-
-
-class CohBench:
-    """A :class:`DeviceTB` with the host side of coherence around it (module docstring).
-
-    Members
-    -------
-    tb, agent, cbfm, gpu, checker, cache:
-        The device bench, its :class:`CoherentHostAgent`, the :class:`CxlCacheBfm`, the
-        :class:`GpuHome`, the :class:`CoherenceChecker` and the GPU's :class:`HostCache`.
-    lpp:
-        Lines per bias page.
-    """
-
-    def __init__(self, dut, name: str, *, noise: bool, capacity: int = 256,
-                 gpu_latency: int | None = None):
-        self.tb = tb = DeviceTB(dut, name, idle=noise, backpressure=noise)
-        cfg, rng, params = tb.config, tb.rng, tb.params
-        self.cfg = cfg
-        self.agent = tb.agent = CoherentHostAgent(cfg, tb.bfm, tb.loop, rng=rng,
-                                                  pmem_line=tb.pmem_line, log=tb.log)
-        self.cbfm = CxlCacheBfm(dut, tb.loop, rng=rng, idle=tb.idle,
-                                backpressure=tb.backpressure, on_d2h=self._d2h)
-        latency = gpu_latency or params.get("gpu_latency", rng.choice((20, 100)))
-        timing = HomeTiming(read_latency=latency, write_latency=max(1, latency // 4),
-                            jitter=8 if noise else 0, reorder=noise,
-                            split_writes=0.3 if noise else 0.0)
-        self.gpu = GpuHome(self.cbfm, tb.loop, rng=rng, timing=timing)
-        self.lpp = cfg.page_bytes // LINE_BYTES
-        self.checker = CoherenceChecker(lines_per_page=self.lpp,
-                                        initial=self.agent.golden.read)
-        host_latency = params.get("host_latency", rng.choice((4, 30)))
-        self.cache = HostCache(self.agent, self.checker, tb.loop,
-                               rng=random.Random(rng.getrandbits(64)), capacity=capacity,
-                               latency=host_latency, jitter=6 if noise else 0, log=tb.log)
-        self.agent_cqids = cfg.cache_cqids + cfg.cache_write_cqids
-        self._flip_lock = Lock()
-        tb.log.info("GPU home latency %d, host forward latency %d, page %d bytes",
-                    latency, host_latency, cfg.page_bytes)
-
-    # --- routing ------------------------------------------------------------------------
-    def _d2h(self, channel: str, f: dict, cycle: int) -> None:
-        if channel != "req":
-            self.gpu.d2h(channel, f, cycle)
-            return
-        device_line = self.agent.decode(f["address"]) is not None
-        cqid = f["cqid"]
-        if device_line:
-            assert DCOH_CQID_BASE <= cqid < DCOH_CQID_BASE + self.cfg.dcoh_cqids, (
-                f"cycle {cycle}: D2H Req for device line {f['address']:#x} with CQID {cqid}, "
-                f"outside the DCOH's pool")
-            self.cache.d2h_req(f, cycle)
-        else:
-            assert cqid < self.agent_cqids, (
-                f"cycle {cycle}: D2H Req for GPU line {f['address']:#x} with CQID {cqid}, "
-                f"outside the cache agent's CQIDs")
-            self.gpu.d2h(channel, f, cycle)
-
-    # --- life cycle ---------------------------------------------------------------------
-    async def start(self, ctrl: int = HDM_D) -> None:
-        tb = self.tb
-        await tb.start()
-        await self.wait_flip(timeout=4 * self.cfg.dcoh_pages + 10_000)   # the reset sweep
-        await tb.csr.write("COH_CTRL", ctrl)
-
-    async def wait_flip(self, *, timeout: int = 400_000) -> int:
-        loop, start = self.tb.loop, self.tb.loop.cycle
-        while True:
-            status = await self.tb.csr.read("COH_FLIP_STATUS")
-            if not status & FLIP_BUSY:
-                return status
-            if loop.cycle - start > timeout:
-                raise TimeoutError(f"COH_FLIP_STATUS {status:#x}: busy for {timeout} cycles")
-            await loop.wait_cycles(16)
-
-    async def flip(self, first: int, pages: int, *, to_host: bool = False,
-                   retries: int = 4, must_succeed: bool = True) -> int:
-        """Flip pages ``first ..`` to device (or host) bias; a contended flip to device is
-        retried, as the driver must (``docs/dcoh.md``). Returns the contended attempts.
-        Against a host that keeps touching the page every attempt may be contended (the
-        DCOH does not retry, by design): that fails only with ``must_succeed``."""
-        async with self._flip_lock:     # one flip command at a time
-            return await self._flip(first, pages, to_host, retries, must_succeed)
-
-    async def _flip(self, first: int, pages: int, to_host: bool, retries: int,
-                    must_succeed: bool) -> int:
-        csr = self.tb.csr
-        for attempt in range(retries + 1):
-            t0 = self.tb.loop.cycle
-            await csr.write("COH_FLIP_FIRST", first)
-            await csr.write("COH_FLIP_PAGES", pages)
-            await csr.write("COH_FLIP", 1 | int(to_host) << 1)
-            await self.tb.loop.wait_cycles(4)
-            status = await self.wait_flip()
-            assert status & FLIP_DONE, f"COH_FLIP_STATUS {status:#x}: not done"
-            error = bool(status & FLIP_ERROR)
-            self.checker.flip_done(first, pages, to_host=to_host, ok=not error, t_start=t0)
-            if not error:
-                return attempt
-            assert not to_host, f"flip to host bias of pages {first}+{pages} failed"
-            err = await csr.read("COH_DCOH_ERR")
-            assert err == 1 << int(DcohError.FLIP_CONTENDED), (
-                f"COH_DCOH_ERR {err:#x} after a failed flip: only FLIP_CONTENDED expected")
-            await csr.write("COH_DCOH_ERR", err)
-            self.tb.log.info("flip of pages %d+%d contended (attempt %d)", first, pages, attempt)
-        if must_succeed:
-            raise AssertionError(f"flip of pages {first}+{pages} contended {retries + 1} times")
-        return retries + 1
-
-    def host_lines(self, first_page: int, pages: int) -> list[int]:
-        base = self.agent.host_line(first_page * self.lpp)
-        return list(range(base, base + pages * self.lpp))
-
-    async def gpu_traffic(self, lines: list[int], n: int, *, parallel: int = 4,
-                          store: float = 0.5) -> int:
-        """``n`` random GPU loads and stores (whole lines or byte-enabled) of ``lines``
-        through the cache, ``parallel`` at a time."""
-        rng = random.Random(self.tb.rng.getrandbits(64))
-        cache = self.cache
-        left = [n]
-
-        async def worker():
-            while left[0] > 0:
-                left[0] -= 1
-                line = rng.choice(lines)
-                if rng.random() < store:
-                    be = None if rng.random() < 0.5 else rng.getrandbits(LINE_BYTES) or 1
-                    await cache.store(line, rng.randbytes(LINE_BYTES), be)
-                else:
-                    await cache.load(line)
-                if rng.random() < 0.3:
-                    await self.tb.loop.wait_cycles(rng.randint(1, 40))
-
-        tasks = [cocotb.start_soon(worker()) for _ in range(parallel)]
-        for t in tasks:
-            await t
-        return n
-
-    async def check_errors(self, dcoh: int = 0, cache: int = 0) -> None:
-        """COH_DCOH_ERR / COH_CACHE_ERR hold exactly the expected bits; clear them."""
-        await self.tb.loop.wait_cycles(8)
-        csr = self.tb.csr
-        for name, want in (("COH_DCOH_ERR", dcoh), ("COH_CACHE_ERR", cache)):
-            got = await csr.read(name)
-            assert got == want, f"{name} {got:#x}, expected {want:#x}"
-            if got:
-                await csr.write(name, got)
-                assert await csr.read(name) == 0, f"{name} not cleared"
-
-    async def finish(self) -> None:
-        """Write back every cached line, wait for everything, check every model."""
-        tb = self.tb
-        await self.cache.flush()
-        await self.cache.idle()
-        await tb.loop.wait_until(self.gpu.home.idle, timeout=100_000, what="GPU home idle")
-        lines = self.cache.check_final(tb.pmem_line)
-        problems = self.cbfm.violations()
-        assert not problems, "CXL.cache protocol violations:\n" + "\n".join(problems)
-        counters = {n: await tb.csr.read64(n) for n in (
-            "COH_GRANTS_DEVICE", "COH_GRANTS_HOST", "COH_HOST_FLIPS", "COH_RD_LINES",
-            "COH_WR_LINES")}
-        tb.log.info("coherence checks: %d (%d lines at the end); host cache %s; forwards "
-                    "open %d; CXL.cache transfers %d; counters %s", self.checker.checks,
-                    lines, self.cache.stats, self.cache.open_fwds, len(self.gpu.home.log),
-                    counters)
-        self.counters = counters
-        await tb.finish()
-
-
-class CoherentDriver(EngineDriver):
-    """An :class:`EngineDriver` whose host writes go into the GPU's cache and whose
-    reads see the coherent value; with ``cq_host`` the completion records are read from
-    GPU memory at ``cq_host`` (a byte address)."""
-
-    def __init__(self, bench: CohBench, *, cq_host: int | None = None,
-                 write_back: bool = False, **kw):
-        super().__init__(bench.tb, **kw)
-        self.bench = bench
-        self.cq_host = cq_host
-        #: Write every put back before returning (the driver contract without HDM_D).
-        self.write_back = write_back
-
-    async def setup(self) -> None:
-        await super().setup()
-        if self.cq_host is not None:
-            await self.tb.csr.write64("COH_CQ_HOST_BASE", self.cq_host)
-
-    async def put(self, addr: int, data: bytes) -> None:
-        assert addr % LINE_BYTES == 0, f"unaligned put at {addr:#x}"
-        data = data + bytes(-len(data) % LINE_BYTES)
-        agent, cache = self.tb.agent, self.bench.cache
-        tasks = [cocotb.start_soon(cache.store(agent.host_line(addr // LINE_BYTES + i),
-                                               data[i * LINE_BYTES:(i + 1) * LINE_BYTES]))
-                 for i in range(len(data) // LINE_BYTES)]
-        for t in tasks:
-            await t
-        if self.write_back:
-            first = agent.host_line(addr // LINE_BYTES)
-            await cache.flush(range(first, first + len(data) // LINE_BYTES))
-
-    def coherent_line(self, dev: int) -> bytes:
-        entry = self.bench.cache.lines.get(self.tb.agent.host_line(dev))
-        if entry is not None and entry[0] == "M":
-            return entry[1]
-        return self.tb.pmem_line(dev)
-
-    def image(self, addr: int, nbytes: int) -> bytes:
-        first, last = addr // LINE_BYTES, (addr + nbytes - 1) // LINE_BYTES
-        raw = b"".join(self.coherent_line(x) for x in range(first, last + 1))
-        off = addr - first * LINE_BYTES
-        return raw[off:off + nbytes]
-
-    def _in_cq(self, dev: int) -> bool:
-        first = self.cq_addr // LINE_BYTES
-        return first <= dev < first + (1 << self.order)
-
-    def expect_written(self, addr: int, data: bytes) -> None:
-        checker, golden = self.bench.checker, self.tb.agent.golden
-        for i in range(len(data) // LINE_BYTES):
-            dev = addr // LINE_BYTES + i
-            chunk = data[i * LINE_BYTES:(i + 1) * LINE_BYTES]
-            if self.cq_host is not None and self._in_cq(dev):
-                continue
-            if chunk != checker.coherent(dev):
-                checker.device_wrote(dev, chunk, f"descriptor output at {addr:#x}")
-                golden.set(dev, chunk)
-
-    async def wait(self, **kw) -> None:
-        try:
-            await super().wait(**kw)
-        except TimeoutError as exc:
-            b = self.bench
-            raise TimeoutError(
-                f"{exc}; host: {b.cache.open_fwds} forwards open, {b.cache.locks.busy()} "
-                f"lines locked, stats {b.cache.stats}; CXL.mem: "
-                f"{b.agent._describe_pending()}; GPU home: {b.gpu.home.outstanding()}; "
-                f"COH_FLIP_STATUS {await b.tb.csr.read('COH_FLIP_STATUS'):#x}, "
-                f"COH_DCOH_ERR {await b.tb.csr.read('COH_DCOH_ERR'):#x}, ENG_STATUS "
-                f"{await b.tb.csr.read('ENG_STATUS'):#x}, ENG_ERR "
-                f"{await b.tb.csr.read('ENG_ERR'):#x}") from None
-
-    def record(self, seq: int) -> dict:
-        if self.cq_host is None:
-            return super().record(seq)
-        slot = seq % (1 << self.order)
-        raw = self.bench.gpu.read_bytes(self.cq_host + slot * LINE_BYTES, LINE_BYTES)
-        return _RECORD.unpack(int.from_bytes(raw, "little"))
-
-    def check(self, exp, *, table: bool = True) -> None:
-        super().check(exp, table=table)
-        if exp.out_image is not None:
-            self.bench.checker.device_read_checked(len(exp.out_image) // LINE_BYTES)
-
-
-def _align(drv: EngineDriver, page_bytes: int) -> int:
-    """Move the driver's heap to the next page boundary; returns the page."""
-    drv.heap.next = -(-drv.heap.next // page_bytes) * page_bytes
-    return drv.heap.next // page_bytes
 
 
 async def _layout(bench: CohBench, rng: np.random.Generator, *, cq_host: int | None = None,
@@ -328,15 +53,15 @@ async def _layout(bench: CohBench, rng: np.random.Generator, *, cq_host: int | N
     drv = CoherentDriver(bench, ring_order=3, heap_end=scratch * pb, cq_host=cq_host,
                          write_back=write_back)
     await drv.setup()
-    first = _align(drv, pb)
+    first = align_page(drv, pb)
     dims = [d for d in (16, 40, 64) if d <= cfg.engine_max_dim]
     made = []
     for i in range(tables):
         dtype = BF16 if i % 2 else FP32
         made.append(await drv.add_table(random_table(rng, 24, dims[i % len(dims)], dtype),
                                         rng=rng))
-    table_pages = (first, _align(drv, pb) - first)
-    _align(drv, pb)
+    table_pages = (first, align_page(drv, pb) - first)
+    align_page(drv, pb)
     return drv, made, table_pages, (scratch, 2)
 
 
