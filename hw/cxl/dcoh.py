@@ -429,7 +429,7 @@ class Dcoh(wiring.Component):
         f_wr_val = Signal()
         f_wr_go = Signal()
         f_claiming = named(m, eq_const(f_phase, _F_CLAIM) | eq_const(f_phase, _F_COMMIT),
-                            "f_claiming")
+                           "f_claiming")
 
         # --- stage B: the access's bias decision --------------------------------------------
         acc = self.i_acc
@@ -644,7 +644,7 @@ class Dcoh(wiring.Component):
         k_lo = k_line[:shift] if shift else C(0, 1)
         same_line = Cat(*(lo == k_lo for lo in e_lo)) if shift else C((1 << n) - 1, n)
         k_snap = named(m, page_match(k_page, "chk_match") & tracked & ~clr_granted
-                        & (~e_fwd | same_line), "k_snap")
+                       & (~e_fwd | same_line), "k_snap")
         och_free = ~och.valid | och.ready
         # A check of the page a flip is claiming spoils that page's flip.
         k_on_flip = Signal()

@@ -135,9 +135,9 @@ class _Path:
         granted = named(m, Cat(*(~r.any() for r in self.rem)), f"{name}_all_granted")
         issuable = named(m, self.alloc & ~self.issued & granted, f"{name}_issuable")
         self.gated_valid = named(m, _bit(m, issuable, i_ptr, f"{name}_i_sel"),
-                                  f"{name}_gated_valid")
+                                 f"{name}_gated_valid")
         self.issue_hs = named(m, en & self.gated_valid & self.down_ready,
-                               f"{name}_issue_hs")
+                              f"{name}_issue_hs")
         i_oh = onehot(m, i_ptr, n, f"{name}_i_oh")
         m.d.comb += mem_rd.addr.eq(Mux(self.issue_hs, add(i_ptr, 1, eb), i_ptr))
         self.gated = {f: getattr(mem_rd.data, f) for f in _ADDR_FIELDS}
@@ -148,10 +148,10 @@ class _Path:
         self.resp_hs = Signal(name=f"{name}_resp_hs")
         self.resp_id = Signal(gate.id_width, name=f"{name}_resp_id")
         cand = named(m, self.issued & ~self.resp & Cat(*(i == self.resp_id for i in self.ids)),
-                      f"{name}_resp_cand")
+                     f"{name}_resp_cand")
         r_any, r_idx = _circular_first(m, cand, a_ptr, f"{name}_resp_pick")
         r_oh = named(m, Mux(self.resp_hs & r_any, onehot(m, r_idx, n, f"{name}_resp_oh"), 0),
-                      f"{name}_resp_set")
+                     f"{name}_resp_set")
 
         # --- state updates (``picked`` / ``freed`` driven by the done walker) -------------
         self.picked = Signal(n, name=f"{name}_picked")

@@ -76,8 +76,8 @@ class Engine(wiring.Component):
     LOOKUP, COMMIT or FENCE is outstanding; the rows of the descriptor after it pass the
     merge only once the scatter has reported the UPDATE (its writes are durable), and
     the gradient feed and the scatter take their settings from an UPDATE as its rows
-    start. COMMIT and FENCE wait until every earlier descriptor
-    has completed, and nothing is dispatched after them until they have completed.
+    start. COMMIT and FENCE wait until every earlier descriptor has completed, and
+    nothing is dispatched after them until they have completed.
 
     Members
     -------
