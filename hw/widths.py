@@ -4,6 +4,10 @@ Amaranth emits a constant (and a zero-extended operand) at its minimal width, wh
 Verilator ``-Wall`` reports as WIDTHEXPAND on every comparison or assignment that
 mixes widths. These helpers build the same logic with operands of equal width: they
 compare only the constant's own bits and test the bits above it for zero.
+
+Also the small building blocks several blocks share: parameter checks (``is_int``,
+``is_pow2``), and named combinational nodes (``named``, ``lowest_set``, ``onehot``,
+``select_bit``), since Amaranth emits an expression once per use.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Verilator ``-Wall`` lint of every generated module.
 
 Usage: ``python -m sim.lint [--config NAME ...]`` (default: every preset). The only
-waivers are those TOOLCHAIN.md lists for Amaranth's output; any other warning fails.
+waivers are those TOOLCHAIN.md lists for Amaranth's output; any other warning fails, and
+so does a combinational process Icarus would leave X at time zero
+(:func:`untriggered_processes`).
 """
 
 from __future__ import annotations

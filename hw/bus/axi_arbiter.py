@@ -207,7 +207,7 @@ class AxiArbiter(wiring.Component):
             count = Signal(range(self._starvation_limit + 1), name=f"{name}_wait{c}")
             counters.append(count)
             starving.append(named(m, eq_const(count, self._starvation_limit) & any_req[c],
-                                   f"{name}_starving{c}"))
+                                  f"{name}_starving{c}"))
         any_starving = named(m, _any(starving), f"{name}_any_starving")
         by_starving = list(reversed(_lowest(list(reversed(starving)))))
         by_priority = _lowest(any_req)
