@@ -367,15 +367,14 @@ class Engine(wiring.Component):
             info.commit.eq(do_commit),
             info.commit_word.eq(Cat(d.batch_id, epoch, C(COMMIT_MAGIC, 16))),
         ]
-        # Per sequencer: its descriptor, and whether it holds one whose status has not
-        # gone on yet.
+        # Per sequencer: its descriptor. It holds one from the dispatch until its status
+        # has gone on, exactly while it is not idle (``i_desc.ready`` low).
         s_desc = [Signal(Descriptor, name=f"s{k}_desc") for k in range(n_seq)]
-        s_held = [Signal(name=f"s{k}_held") for k in range(n_seq)]
         for k, s in enumerate(seqs):
             sel = go & executes & eq_const(disp, k)
             m.d.comb += [s.i_desc.valid.eq(sel), s.i_desc.payload.eq(d)]
             with m.If(sel):
-                m.d.sync += [s_desc[k].eq(d), s_held[k].eq(1)]
+                m.d.sync += s_desc[k].eq(d)
         with m.If(go & executes):
             m.d.sync += disp.eq(Mux(eq_const(disp, n_seq - 1), 0, add(disp, 1, len(disp))))
         done = comp.complete
@@ -406,7 +405,7 @@ class Engine(wiring.Component):
         for k, s in enumerate(seqs):
             with m.If(eq_const(turn, k)):
                 m.d.comb += [
-                    cur.eq(s_desc[k]), t_held.eq(s_held[k]),
+                    cur.eq(s_desc[k]), t_held.eq(~s.i_desc.ready),
                     t_rows.valid.eq(s.o_rows.valid & opened),
                     t_rows.payload.eq(s.o_rows.payload),
                     s.o_rows.ready.eq(t_rows.ready & opened),
@@ -431,9 +430,6 @@ class Engine(wiring.Component):
         with m.If(t_status.valid & t_status.ready):
             m.d.sync += [opened.eq(0),
                          turn.eq(Mux(eq_const(turn, n_seq - 1), 0, add(turn, 1, len(turn))))]
-            for k in range(n_seq):
-                with m.If(eq_const(turn, k)):
-                    m.d.sync += s_held[k].eq(0)
         with m.If(go & serialising):
             m.d.sync += serial.eq(1)
         with m.Elif(done & eq_const(outstanding, 1) & ~go):
