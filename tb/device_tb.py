@@ -167,7 +167,8 @@ class DeviceTB:
             self.csr.backpressure = backpressure
 
     # --- reset and power failure ------------------------------------------------------
-    async def reset_device(self, cycles: int = 5, *, power_fail: bool = False
+    async def reset_device(self, cycles: int = 5, *, power_fail: bool = False,
+                           fates: tuple[float, float, float] = (1.0, 1.0, 1.0)
                            ) -> tuple[list, PowerFailReport | None]:
         """Synchronous reset of the device in the middle of whatever is going on.
 
@@ -175,13 +176,15 @@ class DeviceTB:
         dropped, applied or torn), the device keeps running a few cycles with no
         answers, then reset is asserted and power returns. Without it, the PMEM
         subordinate is reset with the device (pending writes land, reads are lost).
+        ``fates`` weighs dropped, applied and torn for each write the power failure
+        catches (:meth:`PmemModel.power_fail`).
         Lines with lost writes are then checked against what the contract allows
         (whole-line old or new after a reset; per 8-byte word after a power failure)
         and taken as the golden value. Returns the lost writes and the report.
         """
         report = None
         if power_fail:
-            report = self.pmem_axi.power_fail(self.rng)
+            report = self.pmem_axi.power_fail(self.rng, weights=fates)
             self.log.info("power failure at cycle %d: %d writes dropped, %d applied, %d torn; "
                           "%d reads lost", self.loop.cycle, report.count("dropped"),
                           report.count("applied"), report.count("torn"), report.reads_lost)

@@ -221,14 +221,14 @@ class EngineDriver:
         else:
             self.tb.pmem.write(addr, data)
             for i in range(len(data) // LINE_BYTES):
-                agent.golden.set(addr // LINE_BYTES + i,
-                                 data[i * LINE_BYTES:(i + 1) * LINE_BYTES])
+                agent.device_wrote(addr // LINE_BYTES + i,
+                                   data[i * LINE_BYTES:(i + 1) * LINE_BYTES])
 
     def expect_written(self, addr: int, data: bytes) -> None:
         """The engine wrote ``data`` at ``addr``: the host's golden memory follows."""
         for i in range(len(data) // LINE_BYTES):
-            self.tb.agent.golden.set(addr // LINE_BYTES + i,
-                                     data[i * LINE_BYTES:(i + 1) * LINE_BYTES])
+            self.tb.agent.device_wrote(addr // LINE_BYTES + i,
+                                       data[i * LINE_BYTES:(i + 1) * LINE_BYTES])
 
     def image(self, addr: int, nbytes: int) -> bytes:
         return self.tb.pmem.read(addr, nbytes)

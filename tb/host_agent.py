@@ -710,6 +710,17 @@ class HostAgent:
         self._stop = False
         self._last_accept = -1
 
+    def device_wrote(self, dev_line: int, data: bytes) -> None:
+        """A write that did not come through this agent is durable in PMEM line
+        ``dev_line`` (the engine's output, or the driver's backdoor): the golden memory
+        follows, and the line's history restarts from it, so that after a power failure
+        a lost host write falls back to this value, not to an older host write. Host
+        writes still unacknowledged stay in the history."""
+        self.golden.set(dev_line, data)
+        hist = self._hist.get(dev_line)
+        if hist is not None:
+            self._hist[dev_line] = [[-1, bytes(data), True]] + [e for e in hist if not e[2]]
+
     def candidates(self, dev_line: int) -> list[bytes]:
         """Values the line may hold after losing its unacknowledged writes: the latest
         acknowledged version, then each later one."""

@@ -836,9 +836,10 @@ class PmemAxi:
         if self.loop.in_drive_phase:
             self._all_low()
 
-    def power_fail(self, rng: random.Random | None = None) -> PowerFailReport:
+    def power_fail(self, rng: random.Random | None = None, *,
+                   weights: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> PowerFailReport:
         """:meth:`PmemModel.power_fail` at the loop's cycle; the port goes quiet."""
-        report = self.model.power_fail(rng, cycle=self.loop.cycle)
+        report = self.model.power_fail(rng, cycle=self.loop.cycle, weights=weights)
         self._drop_port_state()
         return report
 

@@ -713,6 +713,42 @@ async def test_power_failure(dut, idle, backpressure):
 
 
 @cocotb.test()
+async def test_power_failure_after_device_write(dut):
+    """A host write lost at a power failure leaves its line as it was before: when the
+    device side wrote the line after the host's last acknowledged write (the engine's
+    output into a buffer the host reuses), that is the device's value. With the power
+    failure dropping every caught write the lines must hold the device's values, with it
+    applying them the host's (writes beyond the device's write slots are acknowledged
+    before the power fails); the persistence check must accept both (it once knew only
+    the host's own writes and failed training seed 1661600933)."""
+    tb = await _started(dut, "power_device_write",
+                        timing=PmemTiming(read_latency=20, write_latency=400, jitter=0,
+                                          channels=2))
+    a, rng = tb.agent, tb.rng
+    lines = _spread_lines(tb, 8)
+    for fate, weights in (("dropped", (1.0, 0.0, 0.0)), ("applied", (0.0, 1.0, 0.0))):
+        await a.wait_all([a.write(a.host_line(d), rng.randbytes(LINE_BYTES)) for d in lines])
+        device = {d: rng.randbytes(LINE_BYTES) for d in lines}
+        for d, value in device.items():      # as the engine's output would land
+            tb.pmem.write(d * LINE_BYTES, value)
+            a.device_wrote(d, value)
+        host = {d: rng.randbytes(LINE_BYTES) for d in lines}
+        txns = [a.write(a.host_line(d), host[d]) for d in lines]
+        await tb.loop.wait_until(lambda txns=txns: all(t.accepted is not None for t in txns),
+                                 timeout=2_000, what="host writes accepted")
+        await tb.loop.wait_cycles(100)       # at the PMEM, far from their B
+        lost, report = await tb.reset_device(power_fail=True, fates=weights)
+        assert 0 < len(lost) == report.count(fate), (
+            f"{len(lost)} writes lost, {report.count(fate)} {fate}")
+        lost_lines = {t.dev_line for t in lost}
+        for d in lines:     # the acknowledged writes hold the host's value
+            want = device[d] if fate == "dropped" and d in lost_lines else host[d]
+            assert tb.pmem_line(d) == want, f"line {d:#x} after the power failure ({fate})"
+        a.check_memory()
+    await tb.finish()
+
+
+@cocotb.test()
 async def test_write_forward_progress(dut):
     """A write must not wait forever behind reads of its line: with MemRd of one line
     offered every cycle, a MemWr of that line must still be accepted within a bound
