@@ -26,6 +26,8 @@ LINE_BYTES = LINE_BITS // 8
 HDM_GRANULE = 4096
 #: Host physical addresses are 52 bits (CXL Addr[51:6] carries the line address).
 HOST_ADDR_BITS = 52
+#: Most lines whose Meta0-State the endpoint keeps on chip (``meta_state``): 2 Mbit.
+META_STATE_MAX_LINES = 1 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +99,11 @@ class DeviceConfig:
         Read and write CQIDs of the CXL.cache agent (powers of two; reads 2 to 2048,
         writes 2 to ``cache_cqids``). Reads of GPU memory at one line per cycle need
         about the host's response latency in flight.
+    meta_state:
+        1: the memory endpoint stores each line's Meta0-State, 2 bits per line of device
+        memory on chip (``pmem_size / 256`` bytes, so at most 2**20 lines), updated by
+        the host's MetaValue and returned in the responses (``docs/mem-endpoint.md``,
+        "Meta state"); 0: no metadata storage, responses echo the request's MetaValue.
     """
 
     name: str = "default"
@@ -121,6 +128,7 @@ class DeviceConfig:
     cache_cqids: int = 128
     cache_write_cqids: int = 16
     engine_sequencers: int = 2
+    meta_state: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -199,6 +207,13 @@ class DeviceConfig:
         if not is_pow2(self.cache_cqids) or not 2 <= self.cache_cqids <= 2048:
             raise ValueError("cache_cqids must be a power of two between 2 and 2048, not "
                              f"{self.cache_cqids}")
+        if self.meta_state not in (0, 1):
+            raise ValueError(f"meta_state must be 0 or 1, not {self.meta_state}")
+        if self.meta_state and self.pmem_lines > META_STATE_MAX_LINES:
+            raise ValueError(
+                f"meta_state needs 2 bits per line on chip: at most {META_STATE_MAX_LINES} "
+                f"lines ({META_STATE_MAX_LINES * LINE_BYTES >> 20} MiB of pmem_size), not "
+                f"{self.pmem_lines}")
         if (not is_pow2(self.cache_write_cqids)
                 or not 2 <= self.cache_write_cqids <= self.cache_cqids):
             raise ValueError("cache_write_cqids must be a power of two between 2 and "

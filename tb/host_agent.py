@@ -8,7 +8,8 @@ responses by tag, and checks each one against the contract of ``docs/mem-endpoin
   in the cycle of its handshake; a read's expected data is the golden line in the
   cycle of its handshake. Two M2S handshakes in one cycle are an error.
 * **Responses** are matched by tag: an unknown tag, a duplicate or unexpected NDR/DRS,
-  a wrong opcode, data or echoed field (Tag, LD-ID, MetaField, MetaValue), a response
+  a wrong opcode, data or echoed field (Tag, LD-ID, MetaField; MetaValue, or with
+  ``meta_state`` the line's stored Meta0-State, :meth:`HostAgent.meta_returned`), a response
   before the request's handshake, or any response to a request that gets none
   (MemSpecRd, MemRdFwd, MemWrFwd) fails the test at once with a message naming the
   request.
@@ -54,6 +55,10 @@ QUARANTINE = 8192
 _REQ_OPS = {op.value: op for op in M2SReqOpcode}
 _RWD_OPS = {op.value: op for op in M2SRwDOpcode}
 _GRANT = {MetaValue.Shared.value: NDROpcode.CmpS.value, MetaValue.Any.value: NDROpcode.CmpE.value}
+#: M2S Req opcodes whose Meta0-State the device stores (in range; ``meta_state``).
+_META_REQ = frozenset(op.value for op in (
+    M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData, M2SReqOpcode.MemInv, M2SReqOpcode.MemInvNT,
+    M2SReqOpcode.MemClnEvct))
 
 
 class ErrBit:
@@ -97,6 +102,9 @@ class Txn:
         PMEM line index when the address decoded in range at the handshake.
     exp_ndr, exp_drs, exp_data:
         Expected NDR / DRS opcode (None: none may come) and DRS data.
+    exp_meta:
+        MetaValue the responses must carry (:meth:`HostAgent.meta_returned`); None
+        while unknown (the first response sets it).
     writes_memory:
         The request changes memory (an in-range, unpoisoned, non-empty write).
     err_bits:
@@ -123,6 +131,7 @@ class Txn:
     exp_ndr: int | None = None
     exp_drs: int | None = None
     exp_data: bytes | None = None
+    exp_meta: int | None = None
     writes_memory: bool = False
     err_bits: int = 0
     seq: int = -1
@@ -339,6 +348,7 @@ class HostAgent:
         self.err_status = 0
         self.first_error: Txn | None = None
         self.unknown: set[int] = set()
+        self.meta: dict[int, int] = {}              # PMEM line -> stored Meta0-State
         self.set_hdm(config.hdm_base, config.hdm_size)
 
         self._pending: dict[int, Txn] = {}          # tag -> issued, not completed
@@ -479,6 +489,7 @@ class HostAgent:
             self._expect_req(txn)
         else:
             self._expect_rwd(txn)
+        txn.exp_meta = self.meta_returned(txn)
         if txn.pmem_error and txn.dev_line is not None:
             txn.err_bits |= 1 << ErrBit.PMEM_RESP
         if txn.err_bits:
@@ -578,10 +589,37 @@ class HostAgent:
 
     def _check_echo(self, channel: str, txn: Txn, f: dict, cycle: int) -> None:
         sent = txn.fields
-        for name in ("meta_field", "meta_value", "ld_id"):
+        for name in ("meta_field", "ld_id"):
             if f[name] != sent[name]:
                 self.fail(f"cycle {cycle}: S2M {channel} for {txn.describe()} echoes "
                           f"{name}={f[name]}, the request had {sent[name]}")
+        if txn.exp_meta is None:        # the line's state before this agent knew it
+            txn.exp_meta = f["meta_value"]
+        elif f["meta_value"] != txn.exp_meta:
+            self.fail(f"cycle {cycle}: S2M {channel} for {txn.describe()} carries "
+                      f"MetaValue={f['meta_value']}, expected {txn.exp_meta} (the line's "
+                      f"meta state before it, or the request's own MetaValue)")
+
+    def meta_returned(self, txn: Txn) -> int | None:
+        """The MetaValue of the responses to ``txn``, applying its effect on the meta
+        state (``docs/mem-endpoint.md``, "Meta state"): with ``meta_state`` an in-range
+        request the device serves (MemRd, MemRdData, MemInv, MemInvNT, MemClnEvct; a
+        write that writes) with MetaField Meta0-State returns the line's state before
+        it and stores its MetaValue. Every other request gets its own MetaValue back.
+
+        The state is kept over resets and over the tests of one simulator run, so a
+        line's state is unknown (None: any value is taken) until this agent has stored
+        one; from then on it is exact. ``tests/test_mem_endpoint.py`` checks the
+        power-on state (Any)."""
+        sent = txn.fields
+        served = txn.writes_memory if txn.channel == "rwd" else (
+            txn.dev_line is not None and txn.opcode in _META_REQ)
+        if not (self.config.meta_state and served
+                and sent["meta_field"] == MetaField.Meta0State.value):
+            return sent["meta_value"]
+        old = self.meta.get(txn.dev_line)
+        self.meta[txn.dev_line] = sent["meta_value"]
+        return old
 
     def _on_ndr(self, f: dict, cycle: int) -> None:
         txn = self._lookup("NDR", f, cycle)

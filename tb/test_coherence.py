@@ -278,6 +278,74 @@ async def test_mlp_snapshot_from_gpu(dut, noise):
 
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
+async def test_mlp_snapshot_while_gpu_writes(dut, noise):
+    """The GPU keeps rewriting lines of its MLP parameters while an MLP_CHECKPOINT copies
+    them with RdCurr (``docs/checkpoint.md``, "MLP snapshots from GPU memory"): the copy
+    is not atomic, and each slot line must hold a value its GPU line held between the
+    descriptor's doorbell and the copy's end (no older, no torn or made-up line); the
+    header is the contract's for what was copied, so recovery takes the slot as valid.
+    Lines rewritten at least once during the copy are counted (the test fails if none
+    was, so it cannot pass without a race)."""
+    bench = CohBench(dut, "mlp_snapshot_race", noise=noise, gpu_latency=100)
+    await bench.start(HDM_D | MLP_SRC_HOST)
+    tb = bench.tb
+    drv = CkptDriver(tb, log_slots=8, mlp_bytes=2048)
+    await drv.setup()
+    drv.format()
+    res = await drv.recover()
+    assert res.status == 0, res
+    gpu_base = gpu_addr(bench.cfg, 0x8000)
+    n_lines = 24
+    first = gpu_base // LINE_BYTES
+    bench.gpu.write_bytes(gpu_base, tb.rng.randbytes(n_lines * LINE_BYTES))
+    await drv.plain(DescKind.COMMIT, batch_id=1)
+    copying = [True]
+
+    async def gpu_writes():
+        while copying[0]:
+            bench.gpu.write(first + tb.rng.randrange(n_lines), tb.rng.randbytes(LINE_BYTES))
+            await tb.loop.wait_cycles(tb.rng.randint(1, 12))
+
+    fields = dict(kind=DescKind.MLP_CHECKPOINT, batch_id=1, data_addr=gpu_base,
+                  num_indices=n_lines * LINE_BYTES, cookie=0x4D4C)
+    exp = drv.expect(fields)
+    exp.status = Status.OK
+    drv.mlp_req = 1
+    drv.copies[1] = (0, None)
+    drv.mlp_slot, drv.mlp_batch = 0, 1
+    start = tb.loop.cycle
+    writer = cocotb.start_soon(gpu_writes())
+    await drv.queue(fields, exp)
+    await drv.run()
+    await drv.wait_mlp(1, check=False)
+    copying[0] = False
+    await writer
+    end = tb.loop.cycle
+    bench.checker.device_read_checked(n_lines)
+    payload = drv.image(drv.mlp[0], n_lines * LINE_BYTES)
+    raced = newer = 0
+    for i in range(n_lines):
+        history = bench.gpu.home.history[first + i]
+        before = [v for t, v in history if t < start][-1:]
+        during = [v for t, v in history if start <= t <= end]
+        got = int.from_bytes(payload[i * LINE_BYTES:(i + 1) * LINE_BYTES], "little")
+        assert got in before + during, (
+            f"slot line {i}: a value GPU line {first + i:#x} did not hold between the "
+            f"doorbell (cycle {start}) and the copy's end (cycle {end})")
+        raced += bool(during)
+        newer += got != before[-1]
+    header = drv.image(drv.mlp[0] + drv.mlp_bytes, LINE_BYTES)
+    assert header == ckpt.encode_mlp_slot(1, payload)[1], "header is not the contract's"
+    assert ckpt.mlp_slot_valid(header, payload, drv.mlp_bytes)
+    assert raced, "the GPU rewrote no line during the copy"
+    tb.log.info("%d of %d lines rewritten by the GPU during the copy (cycles %d..%d); "
+                "%d slot lines hold a value written after the doorbell",
+                raced, n_lines, start, end, newer)
+    await bench.finish()
+
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
 async def test_completions_in_gpu_memory(dut, noise):
     """COH_CTRL.CQ_HOST (HDM_D off: the driver writes its lines back before the doorbell):
     completion records go into GPU memory with ItoMWr (the GPU home mixes GO_WritePull

@@ -50,6 +50,9 @@ HDM_MSG = "hdm_size must be a 4 KiB multiple no larger than pmem_size (107374182
     ({"engine_sequencers": 5}, "engine_sequencers must be between 1 and 4"),
     ({"axi_id_width": 6, "max_tags": 64, "engine_sequencers": 3},
      "engine_sequencers must be between 1 and 4, with axi_id_width - 3"),
+    ({"meta_state": 2}, "meta_state must be 0 or 1, not 2"),
+    ({"meta_state": 1}, "meta_state needs 2 bits per line on chip: at most 1048576 lines "
+                        "(64 MiB of pmem_size), not 16777216"),
     ({"max_tags": 300}, "axi_id_width 8 gives 256 IDs, fewer than max_tags 300"),
     ({"hazard_buckets": 12}, "hazard_buckets must be a power of two between 2 and 4096, not 12"),
     ({"csr_addr_width": 8}, "csr_addr_width must be between 12 and 24, not 8"),
@@ -84,7 +87,7 @@ def test_derived_values():
         "hazard_buckets", "csr_addr_width", "engine_lanes", "reduce_partials",
         "gather_rob_lines", "engine_max_dim", "update_cache_rows", "ckpt_filter_rows",
         "ckpt_fifo_lines", "mlp_relax_k", "page_bytes", "dcoh_cqids", "cache_cqids",
-        "cache_write_cqids", "engine_sequencers"]
+        "cache_write_cqids", "engine_sequencers", "meta_state"]
     assert config.dcoh_pages == 16
     assert config.log_slot_lines == 5
     assert config.pmem_id_width == 7

@@ -43,6 +43,7 @@ from hw.cxl.messages import (
     M2SReqOpcode,
     M2SRwD,
     M2SRwDOpcode,
+    MetaField,
     MetaValue,
     NDROpcode,
 )
@@ -92,10 +93,38 @@ class Expect:
     pmem: str | None = None  # "r" / "w" if the request reaches PMEM
 
 
+def meta_returned(ch: str, f: dict, *, cfg: DeviceConfig, base: int, size: int,
+                  meta: dict[int, int]) -> int:
+    """The MetaValue the responses to one request carry, applying its effect on the
+    per-line meta state ``meta`` (``docs/mem-endpoint.md``, "Meta state"): with
+    ``meta_state``, an in-range request the endpoint serves (MemRd, MemRdData, MemInv,
+    MemInvNT, MemClnEvct; MemWr / MemWrPtl that write) with MetaField Meta0-State
+    returns the line's state before it (Any after power-on) and stores its MetaValue;
+    everything else echoes its MetaValue."""
+    line = f["address"] >> 1 if ch == "req" else f["address"]
+    dev = line - base
+    in_range = line >= base and dev < size and dev < cfg.pmem_lines
+    op = f["opcode"]
+    if ch == "req":
+        served = op in (Rq.MemRd.value, Rq.MemRdData.value, Rq.MemInv.value,
+                        Rq.MemInvNT.value, Rq.MemClnEvct.value)
+    else:
+        served = (op in (Wr.MemWr.value, Wr.MemWrPtl.value) and not f["poison"]
+                  and not (op == Wr.MemWrPtl.value and f["byte_enable"] == 0))
+    if not (cfg.meta_state and in_range and served
+            and f["meta_field"] == MetaField.Meta0State.value):
+        return f["meta_value"]
+    old = meta.get(dev, MetaValue.Any.value)
+    meta[dev] = f["meta_value"]
+    return old
+
+
 def expected(ch: str, f: dict, *, cfg: DeviceConfig, base: int, size: int,
-             mem: GoldenMemory, bad_resp) -> Expect:
-    """What the endpoint must answer to one request, applying its effect on ``mem``."""
+             mem: GoldenMemory, bad_resp, meta: dict[int, int]) -> Expect:
+    """What the endpoint must answer to one request, applying its effect on ``mem`` and
+    on the meta state ``meta``."""
     echo = {k: f[k] for k in ECHO}
+    echo["meta_value"] = meta_returned(ch, f, cfg=cfg, base=base, size=size, meta=meta)
     line = f["address"] >> 1 if ch == "req" else f["address"]
     dev = line - base
     in_range = line >= base and dev < size and dev < cfg.pmem_lines
@@ -436,11 +465,18 @@ class TB:
         mem = GoldenMemory(self.cfg.pmem_lines)
         for line, value in (self.pmem_at_reset if after else (initial or {})).items():
             mem.set(line, _line_bytes(value))
+        # The meta state is kept over a reset: replay what was accepted before it.
+        meta: dict[int, int] = {}
+        for item in sorted((i for i in log.accepted if i.t_accept <= after),
+                           key=lambda i: i.t_accept):
+            meta_returned(item.ch, item.fields, cfg=self.cfg, base=self.base, size=self.size,
+                          meta=meta)
         exp: dict[int, Expect] = {}
         for item in accepted:
             assert item.fields["tag"] not in exp, "test reused a tag"
             exp[item.fields["tag"]] = expected(item.ch, item.fields, cfg=self.cfg, base=self.base,
-                                               size=self.size, mem=mem, bad_resp=self.bad_resp)
+                                               size=self.size, mem=mem, bad_resp=self.bad_resp,
+                                               meta=meta)
         for name, got in (("ndr", log.ndr), ("drs", log.drs)):
             got = [(t, f) for t, f in got if t > after]
             by_tag = {}
@@ -533,7 +569,7 @@ def test_dev_load_thresholds(max_tags, want):
     (Rq.MemRdData, MetaValue.Invalid, NDROpcode.CmpE),
 ])
 def test_read_returns_data_and_ndr(op, meta_value, ndr_op):
-    tb = TB(small())
+    tb = TB(small().replace(meta_state=0))
     value = random.Random(1).getrandbits(512)
     tb.pmem[5] = value
     r = tb.req(op, tb.host(5), meta_value=meta_value.value, meta_field=0, ld_id=9, tag=0xBEEF)
@@ -547,6 +583,80 @@ def test_read_returns_data_and_ndr(op, meta_value, ndr_op):
     assert t_drs == t_ndr
     assert ndr["opcode"] == ndr_op.value and ndr["meta_value"] == meta_value.value
     assert not tb.log.errors
+
+
+def test_meta_state_stored_and_returned():
+    """With ``meta_state`` every served in-range request with MetaField Meta0-State
+    returns the line's state before it (Any after power-on) and stores its MetaValue;
+    MetaField NoOp, errors, MemSpecRd and lines beyond the HDM leave it alone and echo.
+    The state is kept over a reset."""
+    inv, any_, shared = (v.value for v in (MetaValue.Invalid, MetaValue.Any, MetaValue.Shared))
+    meta0, noop = MetaField.Meta0State.value, MetaField.NoOp.value
+    tb = TB(small(), rd_latency=(3, 3), wr_latency=(3, 3))
+    steps = [  # (channel, opcode, line, meta_field, meta_value, returned)
+        ("req", Rq.MemRd, 4, meta0, shared, any_),       # power-on state: Any
+        ("req", Rq.MemRd, 4, noop, inv, inv),            # NoOp: echo, no update
+        ("req", Rq.MemRdData, 4, meta0, any_, shared),
+        ("rwd", Wr.MemWr, 4, meta0, inv, any_),
+        ("req", Rq.MemSpecRd, 4, meta0, shared, None),   # no response, no update
+        ("rwd", Wr.MemWrPtl, 4, meta0, shared, inv),
+        ("rwd", Wr.MemWr, 4, 1, any_, any_),             # reserved MetaField: as NoOp
+        ("req", Rq.MemInv, 4, meta0, any_, shared),
+        ("req", Rq.MemInvNT, 4, meta0, shared, any_),
+        ("req", Rq.MemClnEvct, 4, meta0, inv, shared),
+        ("req", Rq.MemRd, 4, meta0, 1, inv),             # reserved MetaValue is stored
+        ("req", Rq.MemRd, 4, meta0, any_, 1),
+        ("req", Rq.MemRd, 9, meta0, inv, any_),          # another line: its own state
+        ("req", Rq.MemRd, 9, meta0, shared, inv),
+    ]
+    # Bad requests of line 4 change nothing: poisoned, empty partial, beyond the HDM.
+    steps += [("rwd", Wr.MemWr, 4, meta0, inv, inv), ("rwd", Wr.MemWrPtl, 4, meta0, inv, inv),
+              ("req", Rq.MemRd, tb.size, meta0, inv, inv),
+              ("req", Rq.MemRd, 4, meta0, shared, any_)]
+    bad = {len(steps) - 4: dict(poison=1), len(steps) - 3: dict(byte_enable=0)}
+    # One request every 40 cycles, so both channels together keep the list's order.
+    fields, last_at = [], {"req": -1, "rwd": -1}
+    for i, (ch, op, line, mf, mv, _) in enumerate(steps):
+        delay, last_at[ch] = 40 * (i - last_at[ch]), i
+        if ch == "req":
+            fields.append(tb.req(op, tb.host(line), meta_field=mf, meta_value=mv, delay=delay))
+        else:
+            kw = dict(byte_enable=1 if op == Wr.MemWrPtl else 0) | bad.get(i, {})
+            fields.append(tb.rwd(op, tb.host(line), 7, meta_field=mf, meta_value=mv,
+                                 delay=delay, **kw))
+    tb.run()
+    tb.check()
+    order = {id(item.fields): item.t_accept for item in tb.log.accepted}
+    assert sorted(fields, key=lambda f: order[id(f)]) == fields, "accepted out of list order"
+    for (_, op, line, _, _, want), f in zip(steps, fields, strict=True):
+        if want is not None:
+            got = _ndr(tb, f["tag"])[1]["meta_value"]
+            assert got == want, f"{op.name} of line {line}: MetaValue {got}, want {want}"
+    assert _drs(tb, fields[-1]["tag"])[1]["meta_value"] == any_
+
+    # Kept over a reset: line 4 holds Shared, line 9 Shared.
+    tb2 = TB(small(), rd_latency=(3, 3))
+    tb2.req(Rq.MemRd, tb2.host(4), meta_field=meta0, meta_value=inv)
+    tb2.reset_at = 12
+    after = {}
+
+    async def after_reset(ctx):
+        for _ in range(tb2.reset_at + 3):
+            await ctx.tick()
+        after["r"] = tb2.req(Rq.MemRd, tb2.host(4), meta_field=meta0, meta_value=any_)
+
+    tb2.run(main=after_reset)
+    assert _drs(tb2, after["r"]["tag"])[1]["meta_value"] == inv
+
+
+def test_meta_state_off_echoes():
+    tb = TB(small().replace(meta_state=0))
+    fields = [tb.req(Rq.MemRd, tb.host(4), meta_field=0, meta_value=v)
+              for v in (MetaValue.Shared.value, MetaValue.Invalid.value)]
+    tb.run()
+    tb.check()
+    assert [_ndr(tb, f["tag"])[1]["meta_value"] for f in fields] == [
+        MetaValue.Shared.value, MetaValue.Invalid.value]
 
 
 def test_write_full_and_partial():
@@ -923,7 +1033,7 @@ def _random_traffic(tb: TB, rng: random.Random, n: int, lines: list[int]):
             return rng.choice([tb.base - 1, tb.base + tb.size, tb.base + tb.size + 77])
         return tb.host(rng.choice(lines))
     for _ in range(n):
-        meta = dict(meta_value=rng.choice([0, 2, 3]), meta_field=rng.choice([0, 3]),
+        meta = dict(meta_value=rng.choice([0, 1, 2, 3]), meta_field=rng.choice([0, 0, 1, 2, 3]),
                     ld_id=rng.randrange(16))
         if rng.random() < 0.5:
             tb.req(rng.choice(req_ops), line(), **meta)

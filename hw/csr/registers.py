@@ -478,6 +478,7 @@ _PARAM_DOCS: Mapping[str, str] = {
     "cache_cqids": "Read CQIDs of the CXL.cache agent.",
     "cache_write_cqids": "Write CQIDs of the CXL.cache agent.",
     "engine_sequencers": "Bag sequencers of the engine (descriptors checked at once).",
+    "meta_state": "1: the endpoint stores each line's Meta0-State and returns it.",
 }
 
 _HDM_NOTE = ("The decoder uses the new value from the cycle after the write; software "

@@ -24,6 +24,7 @@ from .messages import (
     M2SReqOpcode,
     M2SRwD,
     M2SRwDOpcode,
+    MetaField,
     MetaValue,
     NDROpcode,
 )
@@ -139,7 +140,11 @@ class MemEndpoint(wiring.Component):
     BI-ConflictAck. MemSpecRd is accepted and dropped: the reference says it "gets no
     completion, may be dropped" and this device has nothing to prefetch into. The
     echoed fields are Tag, LD-ID, MetaField and MetaValue; DevLoad is the device's view
-    of its queue occupancy (``cxl-reference.md``, "DevLoad").
+    of its queue occupancy (``cxl-reference.md``, "DevLoad"). With ``config.meta_state``
+    the endpoint stores each line's Meta0-State (2 bits, Any at power-on, kept over a
+    reset): an in-range request it serves with MetaField Meta0-State stores its
+    MetaValue, and its responses carry the state before it instead of the echo
+    (``docs/mem-endpoint.md``, "Meta state").
 
     Bad input gets a defined response, sets one bit of ``o_err_set`` per error kind and
     never touches memory: out-of-HDM reads answer DRS MemData-NXM (zero data, no
@@ -391,6 +396,30 @@ class MemEndpoint(wiring.Component):
         acc_mem = acc_rd | acc_wr
         # Fields every response echoes, from whichever request is accepted.
         echoed = {name: Mux(take_w, rwd.p[name], req.p[name]) for name in _ECHOED}
+
+        # --- Meta state: 2 bits per line, read and written at acceptance ------------
+        if cfg.meta_state:
+            # Every in-range request the endpoint serves with MetaField Meta0-State
+            # stores its MetaValue; its responses carry the value before it. The read
+            # is asynchronous (the old value goes into the slot table or the immediate
+            # FIFO with the request), so the memory is distributed RAM on an FPGA.
+            m.submodules.meta = meta = Memory(shape=2, depth=cfg.pmem_lines,
+                                              init=[MetaValue.Any.value] * cfg.pmem_lines)
+            meta_rd = meta.read_port(domain="comb")
+            meta_wr = meta.write_port()
+            meta0 = MetaField.Meta0State.value
+            r_meta = (r_in & (r_is_rd | r_is_inv | r_is_evct)
+                      & eq_const(req.p.meta_field, meta0))
+            w_meta = w_mem & eq_const(rwd.p.meta_field, meta0)
+            meta_upd = (take_r & r_meta) | (take_w & w_meta)
+            meta_line = Mux(take_w, w_dev_line, r_dev_line)
+            m.d.comb += [
+                meta_rd.addr.eq(meta_line),
+                meta_wr.addr.eq(meta_line),
+                meta_wr.en.eq(meta_upd),
+                meta_wr.data.eq(echoed["meta_value"]),
+            ]
+            echoed["meta_value"] = Mux(meta_upd, meta_rd.data, echoed["meta_value"])
         m.d.comb += [
             slot_wr.en.eq(acc_mem),
             slot_wr.addr.eq(alloc_slot),
