@@ -105,8 +105,33 @@ class CohBench:
     async def start(self, ctrl: int = HDM_D) -> None:
         tb = self.tb
         await tb.start()
-        await self.wait_flip(timeout=4 * self.cfg.dcoh_pages + 10_000)   # the reset sweep
-        await tb.csr.write("COH_CTRL", ctrl)
+        await self.start_coherence(ctrl)
+
+    async def reset_device(self) -> list:
+        """Reset the device in the middle of whatever runs (no power failure): the host
+        cache drops the DCOH's requests it has not answered, the checker ends every
+        device permission and device-bias page, the CXL.cache models drop what was in
+        flight; then :meth:`DeviceTB.reset_device`. COH_CTRL is 0 afterwards: call
+        :meth:`start_coherence` again. Returns the CXL.mem writes lost."""
+        await self.tb.loop.wait_cycles(1)   # in the loop's drive phase, as the M2S BFM wants
+        self.cache.device_reset()
+        self.checker.device_reset()
+        hooks = self.tb.reset_hooks
+        hooks.append(self._models_reset)
+        try:
+            lost, _ = await self.tb.reset_device()
+        finally:
+            hooks.remove(self._models_reset)
+        return lost
+
+    def _models_reset(self) -> None:
+        self.cbfm.device_reset()
+        self.gpu.home.reset()
+
+    async def start_coherence(self, ctrl: int = HDM_D) -> None:
+        """Wait for the bias table's reset sweep, then write COH_CTRL."""
+        await self.wait_flip(timeout=4 * self.cfg.dcoh_pages + 10_000)
+        await self.tb.csr.write("COH_CTRL", ctrl)
 
     async def wait_flip(self, *, timeout: int = 400_000) -> int:
         loop, start = self.tb.loop, self.tb.loop.cycle

@@ -55,7 +55,7 @@ from tb.host_agent import HostAgent, Txn
 from tb.stream import StreamChecker, StreamSink, StreamSource
 
 __all__ = ["CoherenceChecker", "CoherentHostAgent", "CxlCacheBfm", "GpuHome", "HostCache",
-           "LineLocks"]
+           "LineLocks", "LostToReset"]
 
 _H2D = {"req": ("i_h2d_req", H2DReq), "rsp": ("i_h2d_rsp", H2DRsp),
         "data": ("i_h2d_data", H2DData)}
@@ -67,6 +67,10 @@ _READS = (D2HReqOpcode.RdCurr.value, D2HReqOpcode.RdShared.value)
 
 def _bytes(value: int) -> bytes:
     return value.to_bytes(LINE_BYTES, "little")
+
+
+class LostToReset(RuntimeError):
+    """A host cache operation whose CXL.mem request the device lost to a reset."""
 
 
 class CxlCacheBfm:
@@ -120,6 +124,14 @@ class CxlCacheBfm:
 
     def violations(self) -> list[str]:
         return [f"{name}: {v}" for name, c in self.checkers.items() for v in c.violations]
+
+    def device_reset(self) -> None:
+        """The device is in reset: drop the H2D messages presented or queued and forget
+        every stalled transfer (a D2H valid may fall now)."""
+        for source in self.sources.values():
+            source.clear()
+        for checker in self.checkers.values():
+            checker.clear()
 
 
 class GpuHome:
@@ -326,6 +338,13 @@ class CoherenceChecker:
             v = self.value[line] = self.initial(line)
         return v
 
+    def device_reset(self) -> None:
+        """The device was reset: every permission forwarded to it and every device-bias
+        page ends (its bias table comes out of reset in host bias). The host's copies
+        and the coherent values stay."""
+        self.perm.clear()
+        self.device_pages.clear()
+
     def _device_may_write(self, line: int) -> bool:
         return self.perm.get(line) == "W" or line // self.lpp in self.device_pages
 
@@ -461,6 +480,7 @@ class HostCache:
                                     "fwd_write", "fwd_claim"), 0)
         self.open_fwds = 0
         self._tasks = 0
+        self._epoch = 0     # device resets so far: a forward is for its own epoch only
 
     def dev(self, line: int) -> int:
         return self.agent.decode(line)
@@ -486,7 +506,8 @@ class HostCache:
         try:
             entry = self.lines.get(line)
             if entry is None or entry[0] == "S":
-                self.lines.pop(line, None)
+                if self.lines.pop(line, None) is not None:
+                    self.checker.host_state(self.dev(line), "I")    # dropped for the fill
                 await self._fill(line, "E")
                 entry = self.lines[line]
             else:
@@ -503,10 +524,11 @@ class HostCache:
     async def _fill(self, line: int, want: str) -> bytes:
         self.stats["misses"] += 1
         mv = MetaValue.Shared if want == "S" else MetaValue.Any
+        await self._link_up()
         txn = self.agent.read(line, meta_value=mv, meta_field=MetaField.Meta0State)
         await txn
         if txn.abandoned:
-            raise RuntimeError(f"MemRd of line {line:#x} lost to a reset")
+            raise LostToReset(f"MemRd of line {line:#x} lost to a reset")
         state = "E" if txn.ndr["opcode"] == NDROpcode.CmpE.value else "S"
         dev = self.dev(line)
         t = self.loop.cycle
@@ -529,8 +551,25 @@ class HostCache:
     async def _evict(self, line: int) -> None:
         try:
             await self._write_back(line, keep=False)
+        except LostToReset:
+            pass            # the line stays cached, dirty
         finally:
             self.locks.release(line)
+
+    async def _link_up(self) -> None:
+        """A request waits while the device is in reset (the link is down)."""
+        if self.agent.in_reset:
+            await self.loop.wait_until(lambda: not self.agent.in_reset, timeout=100_000,
+                                       what="device out of reset")
+
+    def device_reset(self) -> None:
+        """The device is being reset (call before the reset): the DCOH's requests
+        received so far get no forward (the DCOH forgets them), whether they are waiting
+        for their delay, their line's lock or their write-back. Operations whose
+        CXL.mem request the reset loses raise :class:`LostToReset` (a lost fill installs
+        nothing; a lost write-back leaves the line cached and dirty)."""
+        self._epoch += 1
+        self.open_fwds = 0
 
     async def _write_back(self, line: int, *, keep: bool) -> None:
         """Write a dirty copy back (waiting for its Cmp), then keep it clean as S
@@ -538,12 +577,13 @@ class HostCache:
         entry = self.lines.get(line)
         if entry is not None and entry[0] == "M":
             mv = MetaValue.Shared if keep else MetaValue.Invalid
+            await self._link_up()
             txn = self.agent.write(line, entry[1], meta_field=MetaField.Meta0State,
                                    meta_value=mv)
             self.stats["writebacks"] += 1
             await txn
             if txn.abandoned:
-                raise RuntimeError(f"write-back of line {line:#x} lost to a reset")
+                raise LostToReset(f"write-back of line {line:#x} lost to a reset")
         dev = self.dev(line)
         if entry is None:
             return
@@ -589,10 +629,12 @@ class HostCache:
                                  f"{fields['address']:#x}: not a DCOH request")
         if cqid < DCOH_CQID_BASE:
             raise AssertionError(f"cycle {cycle}: DCOH request with cache-agent CQID {cqid}")
+        if self.agent.in_reset:
+            return      # taken at the edge that reset the DCOH: it forgot the request
         self.open_fwds += 1
-        self._spawn(self._forward(fields))
+        self._spawn(self._forward(fields, self._epoch))
 
-    async def _forward(self, f: dict) -> None:
+    async def _forward(self, f: dict, epoch: int) -> None:
         delay = self.latency + (self.rng.randint(0, self.jitter) if self.jitter else 0)
         if delay:
             await self.loop.wait_cycles(delay)
@@ -600,7 +642,16 @@ class HostCache:
         await self.locks.acquire(line)
         try:
             read = op in _READS
-            await self._write_back(line, keep=read)
+            await self._link_up()
+            if epoch != self._epoch:
+                return
+            try:
+                await self._write_back(line, keep=read)
+            except LostToReset:
+                return
+            await self._link_up()
+            if epoch != self._epoch:
+                return
             kind = "read" if read else "write" if op == D2HReqOpcode.RdOwn.value else "claim"
             fwd = (M2SReqOpcode.MemWrFwd if kind == "write" else M2SReqOpcode.MemRdFwd).value
             for bad_op, bad_line in (self.faults(f) if self.faults else ()):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from collections.abc import Callable
 
 import cocotb
 
@@ -89,6 +90,9 @@ class DeviceTB:
         self.agent = HostAgent(self.config, self.bfm, self.loop, rng=self.rng,
                                pmem_line=self.pmem_line, log=self.log,
                                max_outstanding=max_outstanding)
+        #: Called once the device is in reset (:meth:`reset_device`), for the models a
+        #: bench adds around it.
+        self.reset_hooks: list[Callable[[], None]] = []
 
     def tie_off_cxl_cache(self) -> None:
         """CXL.cache channels idle: no H2D message, no D2H message taken. A bench that
@@ -193,6 +197,8 @@ class DeviceTB:
         self.dut.rst.value = 1
         await self.loop.wait_cycles(1)   # the device's registers are now in reset
         lost = self.agent.abandon()
+        for hook in self.reset_hooks:
+            hook()
         if power_fail:
             self.pmem_axi.power_on()
         else:

@@ -412,6 +412,11 @@ class HostAgent:
     def queued(self) -> int:
         return len(self._queues["req"]) + len(self._queues["rwd"])
 
+    @property
+    def in_reset(self) -> bool:
+        """Between :meth:`begin_reset` and :meth:`end_reset`: nothing may be issued."""
+        return self._in_reset
+
     # --- issue ------------------------------------------------------------------------
     def _issue(self, channel: str, fields: dict, *, data: bytes | None = None,
                byte_enable: int = FULL_MASK) -> Txn:
@@ -733,6 +738,10 @@ class HostAgent:
         self.bfm.clear()
         lost = []
         for txn in self._pending.values():
+            if txn.dev_line is not None:
+                # Its meta update may or may not have happened (it may have been lost
+                # between the link and the endpoint, in the M2S router).
+                self.meta.pop(txn.dev_line, None)
             txn.abandoned = True
             if txn.accepted is not None and txn.writes_memory and txn.ndr is None:
                 lost.append(txn)

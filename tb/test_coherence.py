@@ -17,6 +17,8 @@ background traffic), ``gpu_latency`` (GPU home's answer latency, cycles),
 
 from __future__ import annotations
 
+import random
+
 import cocotb
 import numpy as np
 
@@ -31,6 +33,7 @@ from sim.embedding import BF16, FP32, LINE_BYTES
 from tb.ckpt_driver import CkptDriver
 from tb.coherent_bench import (
     CQ_HOST,
+    FLIP_BUSY,
     HDM_D,
     MLP_SRC_HOST,
     CohBench,
@@ -38,6 +41,7 @@ from tb.coherent_bench import (
     align_page,
     gpu_addr,
 )
+from tb.coherent_host import LostToReset
 from tb.engine_driver import Batch, random_table
 
 NOISE = {"noise": [False, True]}
@@ -232,6 +236,71 @@ async def test_flips_under_traffic(dut, noise):
     tb.log.info("%d scratch flips, %d contended attempts", n, contended)
     await bench.finish()
     assert bench.counters["COH_HOST_FLIPS"] >= 2, bench.counters
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_reset_in_coherent_traffic(dut, noise):
+    """A device reset in the middle of coherent traffic, twice: the GPU loads and stores
+    lines of three pages through its cache (MemRd fills, write-backs, host checks in the
+    router) while a flip of the three pages to device bias has claims and forwards in
+    flight. The host drops the DCOH's requests it had not answered and the operations
+    the reset lost (a lost write-back leaves its line dirty in the cache; the line's
+    PMEM image must be the old or the new value). After the reset COH_CTRL is 0 and
+    every page is in host bias; with HDM_D set again a flip to device bias succeeds
+    (the host then holds no line of the pages), the GPU takes the pages back, and at
+    the end every coherence rule, the memory image and the error registers hold."""
+    bench = CohBench(dut, "reset_coherent", noise=noise)
+    await bench.start()
+    tb, cfg, csr = bench.tb, bench.cfg, bench.tb.csr
+    rng = random.Random(tb.rng.getrandbits(64))
+    pages = min(cfg.hdm_size, cfg.pmem_size) // cfg.page_bytes
+    first = pages - 3
+    lines = bench.host_lines(first, 3)
+    hot = [x for p in range(3) for x in lines[p * bench.lpp:p * bench.lpp + 12]]
+    for rnd in range(2):
+        stop, lost, done = [False], [0], [0]
+
+        async def worker(stop=stop, lost=lost, done=done):
+            while not stop[0]:
+                line = rng.choice(hot)
+                try:
+                    if rng.random() < 0.5:
+                        await bench.cache.store(line, rng.randbytes(LINE_BYTES))
+                    else:
+                        await bench.cache.load(line)
+                    done[0] += 1
+                except LostToReset:
+                    lost[0] += 1
+                await tb.loop.wait_cycles(rng.randint(0, 8))
+
+        workers = [cocotb.start_soon(worker()) for _ in range(3)]
+        await tb.loop.wait_cycles(rng.randint(100, 400))
+        async with bench._flip_lock:    # a flip in flight, not waited for
+            await csr.write("COH_FLIP_FIRST", first)
+            await csr.write("COH_FLIP_PAGES", 3)
+            await csr.write("COH_FLIP", 1)
+            await tb.loop.wait_cycles(rng.randint(4, 40))
+            busy = await csr.read("COH_FLIP_STATUS") & FLIP_BUSY
+            lost_writes = await bench.reset_device()
+        stop[0] = True
+        for w in workers:
+            await w
+        tb.log.info("reset %d: flip %s, %d GPU operations done, %d lost, %d writes lost",
+                    rnd, "busy" if busy else "done", done[0], lost[0], len(lost_writes))
+        assert await csr.read("COH_CTRL") == 0, "COH_CTRL not reset"
+        await bench.start_coherence()
+        await bench.check_errors()
+        # Host bias everywhere after the reset: a GPU load of a line of each page of the
+        # interrupted flip that no one touched needs no flip back.
+        flips_before = await csr.read64("COH_HOST_FLIPS")
+        for p in range(3):
+            await bench.cache.load(lines[p * bench.lpp + 12 + rnd])
+        assert await csr.read64("COH_HOST_FLIPS") == flips_before, "a page not in host bias"
+        await bench.flip(first, 3)
+        await bench.gpu_traffic(hot, 30, parallel=3)
+    await bench.check_errors()
+    await bench.finish()
+
 
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
