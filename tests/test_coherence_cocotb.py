@@ -5,7 +5,8 @@ device, which CI leaves out for its build time, see ``tests/test_device_cocotb.p
 
 Each group is one simulator run. Icarus (with fewer descriptors and GPU operations) and
 the ``default`` device run the noisy variant of each data-moving test only, to stay
-inside the CI budget (about 90 s of CPU per simulator and config for the whole file).
+inside the CI budget (about 120 s per simulator for the whole file on ``small``, with
+two groups running at once on two cores).
 ``SEED=<n>`` replays a run.
 """
 
