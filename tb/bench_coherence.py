@@ -22,8 +22,14 @@ from hw.engine.descriptor import DescKind, Status
 from sim import embedding as emb
 from sim.embedding import FP32, LINE_BYTES
 from tb import env
-from tb.ckpt_driver import CkptDriver
-from tb.coherent_bench import HDM_D, MLP_SRC_HOST, CohBench, CoherentDriver, align_page, gpu_addr
+from tb.coherent_bench import (
+    HDM_D,
+    CohBench,
+    CoherentDriver,
+    align_page,
+    gpu_addr,
+    snapshot_bench,
+)
 from tb.engine_driver import Batch, EngineDriver, random_table
 
 
@@ -115,14 +121,10 @@ async def bench_rdcurr(dut):
     first RdCurr to the last line's data, against the link's one line per cycle."""
     p = env.params()
     n_lines = int(p["mlp_lines"])
-    bench = CohBench(dut, "bench_rdcurr", noise=False, gpu_latency=int(p["gpu_latency"]))
-    await bench.start(HDM_D | MLP_SRC_HOST)
+    bench, drv = await snapshot_bench(dut, "bench_rdcurr", noise=False,
+                                      mlp_bytes=n_lines * LINE_BYTES,
+                                      gpu_latency=int(p["gpu_latency"]))
     tb = bench.tb
-    drv = CkptDriver(tb, log_slots=8, mlp_bytes=n_lines * LINE_BYTES)
-    await drv.setup()
-    drv.format()
-    res = await drv.recover()
-    assert res.status == 0, res
     # The log and the MLP slots live in device bias (docs/dcoh.md): the copier's writes
     # then need no host round trip.
     pb = bench.cfg.page_bytes
@@ -131,18 +133,12 @@ async def bench_rdcurr(dut):
     params = tb.rng.randbytes(n_lines * LINE_BYTES)
     bench.gpu.write_bytes(gpu_base, params)
     await drv.plain(DescKind.COMMIT, batch_id=1)
-    fields = dict(kind=DescKind.MLP_CHECKPOINT, batch_id=1, data_addr=gpu_base,
-                  num_indices=len(params), cookie=0x4D4C)
-    exp = drv.expect(fields)
-    exp.status = Status.OK
-    drv.mlp_req = 1
-    drv.copies[1] = (0, params)
-    drv.mlp_slot, drv.mlp_batch = 0, 1
     home = bench.gpu.home
     log_from = len(home.log)
     start = tb.loop.cycle
     wall = time.monotonic()
-    await drv.queue(fields, exp)
+    exp = await drv.mlp_checkpoint_from_host(1, gpu_base, len(params), params)
+    assert exp.status is Status.OK, exp
     await drv.run()
     await drv.wait_mlp(1, timeout=5_000_000)        # checks the slot against ``params``
     wall = time.monotonic() - wall

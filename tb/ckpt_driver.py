@@ -41,9 +41,12 @@ class RecoveryResult:
 
 class CkptDriver(EngineDriver):
     """An engine driver with an undo log of ``log_slots`` slots and MLP slots of
-    ``mlp_bytes`` each, laid out after the superblock."""
+    ``mlp_bytes`` each, laid out after the superblock. ``mlp_src_host``: the device runs
+    with ``COH_CTRL.MLP_SRC_HOST`` (MLP_CHECKPOINT copies GPU memory, so its source range
+    is not checked against device memory)."""
 
-    def __init__(self, tb, *, log_slots: int, mlp_bytes: int = 1024, **kw):
+    def __init__(self, tb, *, log_slots: int, mlp_bytes: int = 1024,
+                 mlp_src_host: bool = False, **kw):
         kw.setdefault("heap_start", SUPERBLOCK_BYTES)
         super().__init__(tb, **kw)
         cfg = tb.config
@@ -51,10 +54,11 @@ class CkptDriver(EngineDriver):
         self.slot_lines = cfg.log_slot_lines
         self.log_base = self.heap.alloc(log_slots * self.slot_lines * LINE_BYTES)
         self.mlp_bytes = mlp_bytes
+        self.mlp_src_host = mlp_src_host
         self.mlp = [self.heap.alloc(mlp_bytes + LINE_BYTES) for _ in range(2)]
         self.staging = [self.heap.alloc(mlp_bytes) for _ in range(2)]
         self.layout_end = self.heap.next
-        self.copies: dict[int, tuple[int, bytes]] = {}      # batch -> (slot, payload)
+        self.copies: dict[int, tuple[int, bytes | None]] = {}   # batch -> (slot, payload)
         self._reset_mlp()
 
     def _reset_mlp(self) -> None:
@@ -79,7 +83,8 @@ class CkptDriver(EngineDriver):
             return Status.BAD_BATCH
         if src % LINE_BYTES or length % LINE_BYTES:
             return Status.MISALIGNED
-        if not 0 < length <= self.mlp_bytes or src + length > self.cfg.pmem_size:
+        if not 0 < length <= self.mlp_bytes or (not self.mlp_src_host
+                                                 and src + length > self.cfg.pmem_size):
             return Status.ADDR_RANGE
         self.mlp_req = batch
         return Status.OK
@@ -98,13 +103,31 @@ class CkptDriver(EngineDriver):
                 await self.ring()
                 await self.wait_mlp(self._staging_use[area])
             await self.put(src, params)
-            slot = 1 if self.mlp_slot == 0 else 0
-            self.copies[batch_id] = (slot, bytes(params))
-            self.mlp_slot, self.mlp_batch = slot, batch_id
+            self._record_copy(batch_id, bytes(params))
             self._staging_use[area] = batch_id
             self._next_staging ^= 1
         await self.queue(fields, exp)
         return exp
+
+    async def mlp_checkpoint_from_host(self, batch_id: int, src: int, length: int,
+                                       params: bytes | None) -> Expect:
+        """Queue MLP_CHECKPOINT(``batch_id``) of ``length`` bytes at ``src`` in GPU memory
+        (``mlp_src_host``; the caller has written them there). An accepted copy is
+        recorded for :meth:`check_mlp` with ``params`` (None: the caller checks the
+        slot itself, :meth:`wait_mlp` with ``check=False``)."""
+        fields = dict(kind=DescKind.MLP_CHECKPOINT, batch_id=batch_id, data_addr=src,
+                      num_indices=length, cookie=self.tail + 0x4D4C)
+        exp = self.expect(fields)
+        if exp.status is Status.OK:
+            self._record_copy(batch_id, params)
+        await self.queue(fields, exp)
+        return exp
+
+    def _record_copy(self, batch_id: int, params: bytes | None) -> None:
+        """An accepted copy goes to the slot that does not hold the newest valid one."""
+        slot = 1 if self.mlp_slot == 0 else 0
+        self.copies[batch_id] = (slot, params)
+        self.mlp_slot, self.mlp_batch = slot, batch_id
 
     async def wait_mlp(self, batch_id: int, *, timeout: int = 200_000,
                        poll: int = 32, check: bool = True) -> None:

@@ -22,6 +22,7 @@ from hw.engine.completion import RECORD
 from hw.top import DCOH_CQID_BASE
 from sim.embedding import LINE_BYTES
 from tb.cache_home import HomeTiming
+from tb.ckpt_driver import CkptDriver
 from tb.coherent_host import (
     CoherenceChecker,
     CoherentHostAgent,
@@ -235,6 +236,21 @@ class CohBench:
                     counters)
         self.counters = counters
         await tb.finish()
+
+
+async def snapshot_bench(dut, name: str, *, noise: bool, mlp_bytes: int,
+                         gpu_latency: int) -> tuple[CohBench, CkptDriver]:
+    """A started :class:`CohBench` with ``COH_CTRL`` = HDM_D | MLP_SRC_HOST and a
+    formatted, recovered :class:`CkptDriver` (MLP slots of ``mlp_bytes``) whose
+    MLP_CHECKPOINTs copy GPU memory; the GPU home answers after ``gpu_latency``."""
+    bench = CohBench(dut, name, noise=noise, gpu_latency=gpu_latency)
+    await bench.start(HDM_D | MLP_SRC_HOST)
+    drv = CkptDriver(bench.tb, log_slots=8, mlp_bytes=mlp_bytes, mlp_src_host=True)
+    await drv.setup()
+    drv.format()
+    res = await drv.recover()
+    assert res.status == 0, res
+    return bench, drv
 
 
 class CoherentDriver(EngineDriver):

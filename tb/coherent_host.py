@@ -642,14 +642,14 @@ class HostCache:
         await self.locks.acquire(line)
         try:
             read = op in _READS
-            await self._link_up()
+            # A reset since the request (device_reset, before it) ends it: the DCOH
+            # forgot it. While the device is in reset no request is current.
             if epoch != self._epoch:
                 return
             try:
                 await self._write_back(line, keep=read)
             except LostToReset:
                 return
-            await self._link_up()
             if epoch != self._epoch:
                 return
             kind = "read" if read else "write" if op == D2HReqOpcode.RdOwn.value else "claim"

@@ -30,16 +30,15 @@ from hw.top import DCOH_CQID_BASE
 from sim import ckpt
 from sim import embedding as emb
 from sim.embedding import BF16, FP32, LINE_BYTES
-from tb.ckpt_driver import CkptDriver
 from tb.coherent_bench import (
     CQ_HOST,
     FLIP_BUSY,
     HDM_D,
-    MLP_SRC_HOST,
     CohBench,
     CoherentDriver,
     align_page,
     gpu_addr,
+    snapshot_bench,
 )
 from tb.coherent_host import LostToReset
 from tb.engine_driver import Batch, random_table
@@ -309,14 +308,9 @@ async def test_mlp_snapshot_from_gpu(dut, noise):
     home answers after 100 cycles): the slot, read from PMEM, equals the GPU's
     parameters at the snapshot point, for two copies into the two slots; the GPU
     rewrites its parameters between them. COH_RD_LINES counts the lines."""
-    bench = CohBench(dut, "mlp_snapshot", noise=noise, gpu_latency=100)
-    await bench.start(HDM_D | MLP_SRC_HOST)
+    bench, drv = await snapshot_bench(dut, "mlp_snapshot", noise=noise, mlp_bytes=1024,
+                                      gpu_latency=100)
     tb = bench.tb
-    drv = CkptDriver(tb, log_slots=8, mlp_bytes=1024)
-    await drv.setup()
-    drv.format()
-    res = await drv.recover()
-    assert res.status == 0, res
     # GPU parameters: a GPU-memory address outside the HDM window and below pmem_size
     # when it fits (the descriptor's range rule is checked against device memory).
     gpu_base = gpu_addr(bench.cfg, 0x8000)
@@ -325,14 +319,8 @@ async def test_mlp_snapshot_from_gpu(dut, noise):
         params = tb.rng.randbytes(LINE_BYTES * tb.rng.randint(4, 16))
         bench.gpu.write_bytes(gpu_base, params)
         await drv.plain(DescKind.COMMIT, batch_id=batch)
-        fields = dict(kind=DescKind.MLP_CHECKPOINT, batch_id=batch, data_addr=gpu_base,
-                      num_indices=len(params), cookie=0x4D4C + batch)
-        exp = drv.expect(fields)
-        exp.status = Status.OK
-        drv.mlp_req = batch
-        drv.copies[batch] = (slot, params)
-        drv.mlp_slot, drv.mlp_batch = slot, batch
-        await drv.queue(fields, exp)
+        exp = await drv.mlp_checkpoint_from_host(batch, gpu_base, len(params), params)
+        assert exp.status is Status.OK and drv.copies[batch][0] == slot, (exp, drv.copies)
         await drv.run()
         await drv.wait_mlp(batch)
         bench.checker.device_read_checked(len(params) // LINE_BYTES)
@@ -355,14 +343,9 @@ async def test_mlp_snapshot_while_gpu_writes(dut, noise):
     header is the contract's for what was copied, so recovery takes the slot as valid.
     Lines rewritten at least once during the copy are counted (the test fails if none
     was, so it cannot pass without a race)."""
-    bench = CohBench(dut, "mlp_snapshot_race", noise=noise, gpu_latency=100)
-    await bench.start(HDM_D | MLP_SRC_HOST)
+    bench, drv = await snapshot_bench(dut, "mlp_snapshot_race", noise=noise, mlp_bytes=2048,
+                                      gpu_latency=100)
     tb = bench.tb
-    drv = CkptDriver(tb, log_slots=8, mlp_bytes=2048)
-    await drv.setup()
-    drv.format()
-    res = await drv.recover()
-    assert res.status == 0, res
     gpu_base = gpu_addr(bench.cfg, 0x8000)
     n_lines = 24
     first = gpu_base // LINE_BYTES
@@ -375,16 +358,10 @@ async def test_mlp_snapshot_while_gpu_writes(dut, noise):
             bench.gpu.write(first + tb.rng.randrange(n_lines), tb.rng.randbytes(LINE_BYTES))
             await tb.loop.wait_cycles(tb.rng.randint(1, 12))
 
-    fields = dict(kind=DescKind.MLP_CHECKPOINT, batch_id=1, data_addr=gpu_base,
-                  num_indices=n_lines * LINE_BYTES, cookie=0x4D4C)
-    exp = drv.expect(fields)
-    exp.status = Status.OK
-    drv.mlp_req = 1
-    drv.copies[1] = (0, None)
-    drv.mlp_slot, drv.mlp_batch = 0, 1
     start = tb.loop.cycle
     writer = cocotb.start_soon(gpu_writes())
-    await drv.queue(fields, exp)
+    exp = await drv.mlp_checkpoint_from_host(1, gpu_base, n_lines * LINE_BYTES, None)
+    assert exp.status is Status.OK and drv.copies[1][0] == 0, (exp, drv.copies)
     await drv.run()
     await drv.wait_mlp(1, check=False)
     copying[0] = False
