@@ -54,7 +54,7 @@ class DeviceConfig:
         together). Little's law: reaching the PMEM peak of one line per cycle needs
         at least the PMEM latency in flight, hence the default of 256.
     axi_id_width:
-        PMEM AXI ID width; at least 6 (ARCHITECTURE §4.2) and wide enough to give
+        PMEM AXI ID width; at least 6 (``docs/architecture.md``, "PMEM port") and enough to give
         every in-flight request its own ID (``2**axi_id_width >= max_tags``).
     hazard_buckets:
         Size of the endpoint's same-line ordering table (power of two). Lines are

@@ -80,7 +80,7 @@ def bench_mem_endpoint(config_name: str, sim: str, seed: int | None) -> dict:
     return result
 
 
-#: The engine benchmark's workload (issue 3): dim 64 fp32, batch 128, 16 lanes, PMEM
+#: The engine benchmark's workload: dim 64 fp32, batch 128, 16 lanes, PMEM
 #: read latency 120 cycles at one line per cycle (``tb.bench_mem.BENCH_TIMING``).
 ENGINE_WORKLOAD = {"dim": 64, "batch": 128, "rows": 20000}
 
@@ -123,7 +123,7 @@ def bench_engine(config_name: str, sim: str, seed: int | None) -> dict:
     }
 
 
-#: The checkpoint benchmark's workload (issue 4): the engine workload, and the GPU's
+#: The checkpoint benchmark's workload: the engine workload, and the GPU's
 #: forward and backward pass per batch modelled as 25,000 device cycles (100 us at
 #: 250 MHz) during which the engine is idle; 64 KiB of MLP parameters (16,384 fp32)
 #: checkpointed after every batch with relaxation K = 4.
@@ -226,7 +226,7 @@ def bench_system(config_name: str, sim: str, seed: int | None) -> dict:
     }
 
 
-#: The coherence benchmark's workloads (issue 5): PMEM as in the engine benchmark (reads
+#: The coherence benchmark's workloads: PMEM as in the engine benchmark (reads
 #: 120 cycles, writes 40, one line per cycle, one channel); the gather's table (4,096 rows
 #: of dim 64 fp32, 1 MiB: 16 pages of 64 KiB in ``default``) read by 2 LOOKUPs of 128 bags
 #: x 20 rows, the host answering a host-bias RdCurr with its MemRdFwd after

@@ -837,7 +837,7 @@ def _as_bytes(table) -> bytes:
 
 
 class TrainingOracle:
-    """Golden tables after every batch, for crash tests (ARCHITECTURE §7 invariants).
+    """Golden tables after every batch, for crash tests (``docs/architecture.md`` invariants).
 
     ``tables`` maps ``table_id -> (addr, initial contents)`` (bytes or a numpy array,
     laid out as in device memory). Call :meth:`after_batch` with the tables as they are

@@ -10,7 +10,8 @@ link bytes, GPU FLOPs and busy cycles, GPU HBM bytes, device fp32 operations and
 line accesses); :class:`EnergyConstants` holds one value per event or static power, each
 tagged with the keys of :data:`SOURCES` it comes from; :func:`estimate` returns an
 :class:`EnergyReport` with one term per component; :func:`saving` compares two reports
-(ARCHITECTURE §8: TrainingCXL mode against the PMEM baseline on the same workload).
+(``docs/architecture.md``, "Training flow": TrainingCXL mode against the PMEM baseline on
+the same workload).
 
 Choices (derivations and citations in ``docs/energy.md``):
 

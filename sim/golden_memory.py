@@ -1,6 +1,6 @@
 """Golden model of the device memory seen through CXL.mem: sparse 64-byte lines.
 
-Written from the contract (ARCHITECTURE §4 and §7, ``docs/mem-endpoint.md``), not from
+Written from the contract (``docs/architecture.md``, ``docs/mem-endpoint.md``), not from
 the RTL: memory order is the M2S handshake order, a MemWr replaces a whole line, a
 MemWrPtl replaces exactly the bytes whose enable bit is set, and a line nobody wrote
 reads as its initial value (zero, like a fresh PMEM model).

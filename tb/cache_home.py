@@ -2,7 +2,7 @@
 simulator import, so Amaranth-simulator and cocotb benches can both drive it).
 
 :class:`CacheHome` answers the device's D2H requests the way ``docs/cxl-cache.md``
-describes (``shared/cxl-reference.md``, "CXL.cache"):
+describes (CXL 2.0 §3.2; ``docs/cxl-encodings.md``):
 
 * **RdCurr**: H2D Data with the line, plus a GO (state I) on H2D Rsp when
   ``HomeTiming.read_go``; data and GO are scheduled independently, so either may come

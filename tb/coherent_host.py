@@ -9,10 +9,10 @@ a write-back MESI cache of device lines, and a coherence checker (``docs/coheren
   gets GO_WritePull and its D2H Data; :attr:`GpuHome.gpu_memory` is what the GPU sees.
 * :class:`HostCache` -- the GPU's write-back MESI cache of **device** lines. Loads and
   stores hit, or miss with a CXL.mem MemRd (Meta0-State, MetaValue Shared for a load,
-  Any for a store; ``shared/cxl-reference.md``, "CXL.mem") through the
+  Any for a store; ``docs/cxl-encodings.md``, "CXL.mem") through the
   :class:`CoherentHostAgent`; dirty lines leave with MemWr (eviction, :meth:`flush`,
   or a device request). It also answers the DCOH's D2H requests for device lines
-  (``shared/cxl-reference.md``, "Type-2 coherence"): RdCurr / RdShared -> write back a
+  (``docs/cxl-encodings.md``, "Flows"): RdCurr / RdShared -> write back a
   dirty copy, wait for its NDR, keep a clean copy, MemRdFwd; RdOwn -> write back, drop,
   MemWrFwd; RdOwnNoData -> write back, drop, MemRdFwd. Every operation on a line is
   serialised behind the previous one (a per-line lock), as a home agent does.

@@ -1,7 +1,7 @@
 """One clock loop for the whole test bench.
 
-Python work per clock cycle dominates simulation time (TOOLCHAIN.md, "Speed
-measured"), so a bench does not give every bus functional model its own coroutine.
+Python work per clock cycle dominates simulation time (``docs/architecture.md``,
+"Toolchain"), so a bench does not give every bus functional model its own coroutine.
 A single :class:`CycleLoop` awaits one ``RisingEdge`` and one ``ReadOnly`` per cycle
 and calls plain methods on every registered agent:
 

@@ -2,8 +2,8 @@
 Python, no simulator import, so Amaranth-simulator and cocotb benches can both use it).
 
 :class:`DcohHost` answers the D2H requests that the DCOH (``hw/cxl/dcoh.py``,
-``docs/dcoh.md``) sends for lines of device memory (``shared/cxl-reference.md``,
-"Type-2 coherence (HDM-D, bias based)"):
+``docs/dcoh.md``) sends for lines of device memory (CXL 2.0 §2.2.1, "Bias Based
+Coherency Model"; ``docs/cxl-encodings.md``, "Flows"):
 
 * **RdCurr** / **RdShared** (a device read): the host writes a dirty copy back and keeps
   a clean one, then sends M2S **MemRdFwd**.

@@ -2,7 +2,7 @@
 
 The agent issues M2S requests through :class:`~tb.cxl_mem.CxlMemBfm`, matches the S2M
 responses by tag, and checks each one against the contract of ``docs/mem-endpoint.md``
-(ARCHITECTURE §4, §7) with :class:`~sim.golden_memory.GoldenMemory` as the reference:
+(``docs/architecture.md``) with :class:`~sim.golden_memory.GoldenMemory` as the reference:
 
 * **Memory order is the M2S handshake order.** A write is applied to the golden model
   in the cycle of its handshake; a read's expected data is the golden line in the
@@ -15,7 +15,7 @@ responses by tag, and checks each one against the contract of ``docs/mem-endpoin
   request.
 * **Durability**: when a write's NDR Cmp arrives, the PMEM model's persistent image of
   the line must equal the golden value after this write or after a later write of the
-  same line (ARCHITECTURE §4.2: the device reports a write only once it is durable).
+  same line (``docs/architecture.md``: the device reports a write only once it is durable).
 * **Errors**: the agent predicts ERR_STATUS and the first error's address and opcode.
 
 Requests are :class:`Txn` objects; ``await txn`` waits for completion. Latency and

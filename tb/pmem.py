@@ -1,6 +1,6 @@
 """PMEM model: an AXI4 subordinate with media timing, persistence and power failure.
 
-Two layers (ARCHITECTURE §7, §9; the formulas are in ``docs/pmem-model.md``):
+Two layers (``docs/architecture.md``; the formulas are in ``docs/pmem-model.md``):
 
 * :class:`PmemModel`, plain Python with no simulator import: the AXI4 transaction
   semantics, the media timing model, the sparse persistent image, durability at the B

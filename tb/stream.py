@@ -266,7 +266,7 @@ class StreamSink:
 
 
 class StreamChecker:
-    """Passive valid/ready protocol checker (ARCHITECTURE §9).
+    """Passive valid/ready protocol checker (``docs/architecture.md``, "Test benches").
 
     Once ``valid`` is high it must stay high, and every payload signal unchanged, until
     the cycle of the transfer (``valid & ready`` in the read-only phase). Violations

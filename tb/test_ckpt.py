@@ -6,7 +6,7 @@ turns checkpointing on). A crash point then runs a training-like window of ``BAT
 batches from the committed one (per batch: a capturing LOOKUP per table, an UPDATE per
 table, COMMIT, MLP_CHECKPOINT of fresh random "MLP parameters" with relaxation K = 1)
 while the power fails at a random cycle (unacked PMEM writes dropped, applied or torn at
-8-byte granularity, seeded); reset; recovery; then the invariants of ARCHITECTURE §7 are
+8-byte granularity, seeded); reset; recovery; then the invariants of ``docs/architecture.md`` are
 checked bit for bit:
 
 * the committed batch is at least the last COMMIT that completed before the crash and
@@ -230,7 +230,7 @@ async def _wait_or_done(tb: DeviceTB, task, cycles: int) -> None:
 @cocotb.test()
 async def test_crash_campaign(dut):
     """Power failure at random cycles of a multi-batch training sequence; recovery; the
-    invariants of ARCHITECTURE §7 bit for bit; training continues."""
+    invariants of ``docs/architecture.md`` bit for bit; training continues."""
     await _campaign(dut, "crash_campaign")
 
 

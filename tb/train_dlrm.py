@@ -18,8 +18,8 @@ One test, ``train_dlrm``, in one of two modes (test parameter ``mode``):
   and every K batches copies its MLP parameters to a slot synchronously.
 
 Checks: every descriptor, pooled vector and table bit for bit (``EngineDriver``), every
-CXL.mem response against the host's golden memory, recovery's invariants (ARCHITECTURE
-§7), and at the end the tables (bit for bit) and the losses against
+CXL.mem response against the host's golden memory, recovery's invariants
+(``docs/architecture.md``), and at the end the tables (bit for bit) and the losses against
 :func:`sim.train.reference_train` started from the recovered state (tables after the
 committed batch C, MLP parameters of the recovered batch M), batches C+1..N.
 

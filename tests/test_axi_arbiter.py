@@ -520,7 +520,7 @@ def test_priority_and_starvation(priorities, limit, backpressure):
         for g in cls:
             run = 0 if g == c else run + (g < c)
             assert run <= limit, f"class {c} waited {run} grants to more urgent classes"
-    if len(urgency) == 2:      # the brief's form: >= 1 low grant per limit + 1 grants
+    if len(urgency) == 2:      # two classes: >= 1 low grant per limit + 1 grants
         assert all(1 in cls[k:k + limit + 1] for k in range(len(cls) - limit))
     for c in range(len(urgency)):
         members = [i for i, p in enumerate(priorities) if urgency[p] == c]

@@ -1,5 +1,5 @@
 """Generated modules lint clean (Verilator -Wall with only the Amaranth waivers of
-TOOLCHAIN.md), so CI keeps the promise of ``make lint``.
+``docs/architecture.md``, "Toolchain"), so CI keeps the promise of ``make lint``.
 
 The device (which contains every other design as a submodule) is linted for every
 preset; the standalone designs, whose only difference is that their ports are top-level

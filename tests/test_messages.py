@@ -1,4 +1,5 @@
-"""CXL message layouts: every field width and encoding from cxl-reference.md, and
+"""CXL message layouts: every field width and encoding from the CXL specification
+(``docs/cxl-encodings.md``), and
 pack/unpack round trips in Python (fast tier)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import pytest
 
 from hw.cxl import messages as msg
 
-# Field widths as cxl-reference.md states them (Valid excluded: it is the stream's valid).
+# Field widths as the CXL 2.0 68B flit states them (Valid excluded: it is the stream's valid).
 REFERENCE_FIELDS = {
     "m2s_req": {"opcode": 4, "snp_type": 3, "meta_field": 2, "meta_value": 2, "tag": 16,
                 "address": 47, "tc": 2, "ld_id": 4, "rsvd": 6},
@@ -28,7 +29,7 @@ REFERENCE_FIELDS = {
     "h2d_data": {"cqid": 12, "chunk_valid": 1, "poison": 1, "go_err": 1, "rsvd": 8, "data": 512},
 }
 
-# Encodings from cxl-reference.md.
+# Encodings from the CXL specification (``docs/cxl-encodings.md``).
 REFERENCE_ENCODINGS = {
     msg.M2SReqOpcode: {"MemInv": 0b0000, "MemRd": 0b0001, "MemRdData": 0b0010,
                        "MemRdFwd": 0b0011, "MemWrFwd": 0b0100, "MemSpecRd": 0b1000,

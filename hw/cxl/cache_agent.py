@@ -48,7 +48,7 @@ __all__ = [
 #: Width of the user's request tag, echoed with the response.
 TAG_BITS = 16
 
-#: Width of a CQID / UQID (``cxl-reference.md``, "CXL.cache").
+#: Width of a CQID / UQID (CXL 2.0 §3.2.3; ``docs/cxl-encodings.md``).
 _ID_BITS = 12
 
 #: A read of one line of host memory: ``address`` is the line address Addr[51:6].
@@ -117,7 +117,7 @@ class CacheAgent(wiring.Component):
     line waits in a buffer of ``write_cqids`` lines. GO_WritePull, or WritePull followed
     by GO, makes the agent send the line on D2H Data with UQID = the H2D Rsp's RspData
     (the host names the data buffer it pulls into there; ``docs/cxl-cache.md`` gives
-    this reading of the reference). GO_ERR_WritePull is pulled the same way but
+    this reading of the CXL 2.0 specification). GO_ERR_WritePull is pulled the same way but
     completes with ``error``; GO_WritePull_Drop sends nothing and completes with
     ``error`` (the line was not written). A write completes on ``o_wr`` once its GO has
     arrived and its data has been sent, in request order.

@@ -33,7 +33,7 @@ __all__ = [
 #: Width of a line address, device (offset in the HDM) or host (Addr[51:6]).
 LINE_BITS = 46
 
-#: Width of a CQID (``cxl-reference.md``, "CXL.cache").
+#: Width of a CQID (CXL 2.0 §3.2.3; ``docs/cxl-encodings.md``).
 _CQID_BITS = 12
 
 #: Bytes per line: a page holds ``page_bytes // 64`` lines.
@@ -90,7 +90,7 @@ _K_DECIDE, _K_WRITE, _K_SNAP, _K_WAIT = range(4)
 
 class Dcoh(wiring.Component):
     """Device coherency engine for device memory in the bias model of CXL 2.0
-    (``cxl-reference.md``, "Type-2 coherence (HDM-D, bias based)").
+    (CXL 2.0 §2.2.1, "Bias Based Coherency Model"; ``docs/dcoh.md``).
 
     **Bias table.** One bit per page of device memory (``pages`` pages of
     ``page_bytes``): host bias (0) or device bias (1). It is a

@@ -73,8 +73,8 @@ IMM_FIFO_DEPTH = 4
 # Log2 of the line size in bytes: device byte address = device line address << 6.
 _LINE_SHIFT = (LINE_BITS // 8).bit_length() - 1
 
-#: Request fields that every response to it echoes (cxl-reference.md, "Tag ... returned
-#: unchanged in NDR/DRS").
+#: Request fields that every response to it echoes (the Tag is returned unchanged in NDR
+#: and DRS; ``docs/cxl-encodings.md``).
 _ECHOED = ("tag", "ld_id", "meta_field", "meta_value")
 
 _ImmEntry = data.StructLayout({
@@ -128,19 +128,19 @@ class MemEndpoint(wiring.Component):
 
     Every M2S request is accepted exactly once and answered as
     ``docs/mem-endpoint.md`` tabulates: in-range MemRd / MemRdData read one line and
-    return S2M DRS MemData *and* an S2M NDR (``cxl-reference.md``, "Flows worth
-    knowing": reads of HDM-D memory return an NDR granting the cache state as well as
+    return S2M DRS MemData *and* an S2M NDR (``docs/cxl-encodings.md``, "Flows": reads
+    of HDM-D memory return an NDR granting the cache state as well as
     the DRS data); MemRd's NDR is Cmp-S / Cmp-E / Cmp for a requested MetaValue of
     Shared / Any / Invalid (reserved ``01`` is treated as Invalid; MetaField is not
     consulted), MemRdData's is always Cmp-E. MemWr / MemWrPtl write one line (``wstrb``
     all ones, or the 64 byte enables) and complete with NDR Cmp only after the AXI B
-    response, because a write is durable only then (ARCHITECTURE §4.2). MemInv /
+    response, because a write is durable only then (``docs/architecture.md``, "PMEM port"). MemInv /
     MemInvNT answer NDR with MetaValue's opcode and MemClnEvct NDR Cmp, without touching
     memory (the device keeps no copy of host-owned lines). BIConflict answers NDR
-    BI-ConflictAck. MemSpecRd is accepted and dropped: the reference says it "gets no
+    BI-ConflictAck. MemSpecRd is accepted and dropped: the specification says it "gets no
     completion, may be dropped" and this device has nothing to prefetch into. The
     echoed fields are Tag, LD-ID, MetaField and MetaValue; DevLoad is the device's view
-    of its queue occupancy (``cxl-reference.md``, "DevLoad"). With ``config.meta_state``
+    of its queue occupancy (``docs/cxl-encodings.md``, "DevLoad"). With ``config.meta_state``
     the endpoint stores each line's Meta0-State (2 bits, Any at power-on, kept over a
     reset): an in-range request it serves with MetaField Meta0-State stores its
     MetaValue, and its responses carry the state before it instead of the echo
@@ -150,8 +150,8 @@ class MemEndpoint(wiring.Component):
     never touches memory: out-of-HDM reads answer DRS MemData-NXM (zero data, no
     poison) plus NDR Cmp; out-of-HDM writes, reserved opcodes, poisoned writes and
     MemWrPtl without byte enables answer NDR Cmp; MemRdFwd / MemWrFwd get no answer
-    (no CXL.cache request of this device can be outstanding; ``cxl-reference.md``,
-    "Type-2 coherence"). One request may set several bits (a poisoned out-of-range
+    (no CXL.cache request of this device can be outstanding; ``docs/dcoh.md``,
+    ``docs/cxl-encodings.md``, "Flows"). One request may set several bits (a poisoned out-of-range
     write sets HDM_RANGE and POISON). An RRESP / BRESP other than OKAY still completes
     the request (DRS with Poison set, or NDR Cmp) and sets PMEM_RESP.
 
