@@ -1,13 +1,15 @@
 """CXL 2.0 transaction-layer message layouts and opcodes for all ten channels.
 
-Field widths and encodings follow ``shared/cxl-reference.md`` ("CXL.mem" and
-"CXL.cache" sections); each layout's docstring names the reference table it encodes.
+Field widths and encodings are those of the CXL 2.0 transaction layer in the 68B flit
+(CXL 2.0 §3.2.3 CXL.cache, §3.3 CXL.mem); each layout's docstring names the
+specification table it encodes. ``docs/cxl-encodings.md`` lists every field, width and
+opcode with its CXL 1.1 / 2.0 / 3.1 section and table, and what the RTL does with it.
 
 Conventions
 -----------
-* The reference's ``Valid`` bit is the stream's ``valid``: layouts hold every other
-  field, so ``layout.size + 1`` is the reference's message size.
-* Fields are packed LSB first in the reference's order, so a payload packed here is
+* The specification's ``Valid`` bit is the stream's ``valid``: layouts hold every other
+  field, so ``layout.size + 1`` is the specification's message size.
+* Fields are packed LSB first in the specification's order, so a payload packed here is
   the flit field sequence with ``Valid`` removed.
 * Opcode fields are plain unsigned integers, not enum-typed, because a device must be
   able to receive (and reject) reserved encodings; compare them with the enums below
@@ -56,7 +58,7 @@ __all__ = [
 LINE_BITS = 512
 
 
-# --- CXL.mem encodings (cxl-reference.md, "CXL.mem") --------------------------------
+# --- CXL.mem encodings (CXL 2.0 §3.3; docs/cxl-encodings.md) --------------------------
 
 class M2SReqOpcode(enum.Enum, shape=4):
     """M2S Req MemOpcode. Every other 4-bit value is reserved."""
@@ -114,7 +116,7 @@ class DevLoad(enum.Enum, shape=2):
     SevereOverload = 0b11
 
 
-# --- CXL.cache encodings (cxl-reference.md, "CXL.cache") ----------------------------
+# --- CXL.cache encodings (CXL 2.0 §3.2; docs/cxl-encodings.md) ------------------------
 
 class D2HReqOpcode(enum.Enum, shape=5):
     RdCurr = 0b00001
@@ -189,7 +191,7 @@ M2SReq = data.StructLayout({
     "ld_id": 4,
     "rsvd": 6,
 })
-"""M2S Req, reference "M2S Req (87 bits in the 68B flit)"."""
+"""M2S Req, 87 bits in the 68B flit (CXL 1.1 Table 21, CXL 3.1 Table 3-34)."""
 
 M2SRwD = data.StructLayout({
     "opcode": 4,        # M2SRwDOpcode
@@ -205,8 +207,8 @@ M2SRwD = data.StructLayout({
     "data": LINE_BITS,
     "byte_enable": LINE_BITS // 8,  # MemWrPtl only; ignored (all ones) for MemWr
 })
-"""M2S RwD, reference "M2S RwD (87-bit header + 64-byte data)", plus MemWrPtl's
-64 byte enables."""
+"""M2S RwD, 87-bit header + 64-byte data (CXL 1.1 Table 27, CXL 3.1 Table 3-40), plus
+MemWrPtl's 64 byte enables."""
 
 S2MNDR = data.StructLayout({
     "opcode": 3,        # NDROpcode
@@ -216,7 +218,7 @@ S2MNDR = data.StructLayout({
     "ld_id": 4,
     "dev_load": 2,      # DevLoad
 })
-"""S2M NDR, reference "S2M NDR (30 bits)"."""
+"""S2M NDR, 30 bits (CXL 1.1 Table 30, CXL 3.1 Table 3-49)."""
 
 S2MDRS = data.StructLayout({
     "opcode": 3,        # DRSOpcode
@@ -229,7 +231,7 @@ S2MDRS = data.StructLayout({
     "rsvd": 9,
     "data": LINE_BITS,
 })
-"""S2M DRS, reference "S2M DRS (40-bit header + 64-byte data)"."""
+"""S2M DRS, 40-bit header + 64-byte data (CXL 1.1 Table 32, CXL 3.1 Table 3-52)."""
 
 D2HReq = data.StructLayout({
     "opcode": 5,        # D2HReqOpcode
@@ -239,14 +241,14 @@ D2HReq = data.StructLayout({
     "address": 46,      # Addr[51:6]
     "rsvd1": 7,
 })
-"""D2H Req, reference "D2H Req (79 bits)"."""
+"""D2H Req, 79 bits (CXL 1.1 Table 6, CXL 3.1 Table 3-13)."""
 
 D2HRsp = data.StructLayout({
     "opcode": 5,        # D2HRspOpcode
     "uqid": 12,
     "rsvd": 2,
 })
-"""D2H Rsp, reference "D2H Rsp (20 bits)"."""
+"""D2H Rsp, 20 bits (CXL 1.1 Table 8, CXL 3.1 Table 3-15)."""
 
 D2HData = data.StructLayout({
     "uqid": 12,
@@ -256,7 +258,7 @@ D2HData = data.StructLayout({
     "rsvd": 1,
     "data": LINE_BITS,
 })
-"""D2H Data, reference "D2H Data (17-bit header + 64-byte data)"."""
+"""D2H Data, 17-bit header + 64-byte data (CXL 1.1 Table 9, CXL 3.1 Table 3-16)."""
 
 H2DReq = data.StructLayout({
     "opcode": 3,        # H2DReqOpcode
@@ -264,7 +266,7 @@ H2DReq = data.StructLayout({
     "uqid": 12,
     "rsvd": 2,
 })
-"""H2D Req, reference "H2D Req (64 bits)"."""
+"""H2D Req, 64 bits (CXL 1.1 Table 10, CXL 3.1 Table 3-17)."""
 
 H2DRsp = data.StructLayout({
     "opcode": 4,        # H2DRspOpcode
@@ -273,7 +275,7 @@ H2DRsp = data.StructLayout({
     "cqid": 12,
     "rsvd": 1,
 })
-"""H2D Rsp, reference "H2D Rsp (32 bits)"."""
+"""H2D Rsp, 32 bits (CXL 1.1 Table 11, CXL 3.1 Table 3-18)."""
 
 H2DData = data.StructLayout({
     "cqid": 12,
@@ -283,16 +285,17 @@ H2DData = data.StructLayout({
     "rsvd": 8,
     "data": LINE_BITS,
 })
-"""H2D Data, reference "H2D Data (24-bit header + 64-byte data)"."""
+"""H2D Data, 24-bit header + 64-byte data (CXL 1.1 Table 14, CXL 3.1 Table 3-21)."""
 
-#: The ten channels of ARCHITECTURE §4.1, by name.
+#: The ten channels (``docs/cxl-encodings.md``), by name.
 CHANNELS: dict[str, data.StructLayout] = {
     "m2s_req": M2SReq, "m2s_rwd": M2SRwD, "s2m_ndr": S2MNDR, "s2m_drs": S2MDRS,
     "d2h_req": D2HReq, "d2h_rsp": D2HRsp, "d2h_data": D2HData,
     "h2d_req": H2DReq, "h2d_rsp": H2DRsp, "h2d_data": H2DData,
 }
 
-#: Header sizes in bits as the reference states them, Valid included, data excluded.
+#: Header sizes in bits as the specification states them (68B flit), Valid included, data
+#: excluded.
 REFERENCE_BITS: dict[str, int] = {
     "m2s_req": 87, "m2s_rwd": 87, "s2m_ndr": 30, "s2m_drs": 40,
     "d2h_req": 79, "d2h_rsp": 20, "d2h_data": 17,
