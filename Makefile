@@ -1,8 +1,10 @@
 # TrainingCXL device: every flow goes through this file.
 #   make sim      the main job: train a DLRM through the device, crash, recover, report
 #   make test     the whole regression (pytest -n auto, Verilator and Icarus)
+#   make test-fast  the Amaranth-simulator tests only (the edit-test loop, minutes)
 #   make verilog  elaborate every design for CONFIG into build/verilog/<config>/
 #   make lint     Verilator -Wall on every generated module, ruff on the Python
+#   make ruff     ruff on the Python only (seconds; CI runs it before the tests)
 #   make bench    benchmarks, JSON under build/bench/
 #   make synth    Yosys + nextpnr-ecp5 resource and Fmax estimate, JSON under build/synth/
 # Variables: SIM=verilator|icarus  CONFIG=<preset name or .toml path>  WAVES=1  SEED=<n>
@@ -22,11 +24,11 @@ TEST_SIM := $(if $(filter command line environment,$(origin SIM)),$(SIM))
 # make lint checks every preset unless CONFIG is given.
 LINT_CONFIGS := $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG))
 
-.PHONY: all venv verilog sim test lint bench synth clean check-icarus check-sim help
+.PHONY: all venv verilog sim test test-fast lint ruff bench synth clean check-icarus check-sim help
 all: help
 
 help:
-	@sed -n '2,8p' Makefile
+	@sed -n '2,11p' Makefile
 
 # First use: create .venv and install the pinned dependencies from pyproject.toml.
 $(STAMP): pyproject.toml
@@ -63,8 +65,14 @@ test: $(STAMP)
 	  echo "warning: Icarus Verilog not found (sudo apt-get install -y iverilog); its tests will be skipped"
 	$(if $(TEST_SIM),SIM=$(TEST_SIM)) $(PY) -m pytest -n auto --maxschedchunk 1
 
-lint: $(STAMP)
+# The fast tier: every test not marked slow (no Verilator or Icarus build).
+test-fast: $(STAMP)
+	$(PY) -m pytest -n auto -m "not slow"
+
+lint: $(STAMP) ruff
 	$(PY) -m sim.lint $(LINT_CONFIGS)
+
+ruff: $(STAMP)
 	$(VENV)/bin/ruff check hw sim tb tests
 
 bench: $(STAMP) check-sim

@@ -34,6 +34,10 @@ META_STATE_MAX_LINES = 1 << 20
 class DeviceConfig:
     """Every generator parameter of the TrainingCXL device.
 
+    The defaults are the ``default`` preset (``configs/default.toml``; a test holds
+    the two equal), so ``DeviceConfig()`` and ``load_config("default")`` build the same
+    device, named ``tcxl_device_default`` either way.
+
     Parameters
     ----------
     name:
@@ -123,11 +127,11 @@ class DeviceConfig:
     ckpt_filter_rows: int = 256
     ckpt_fifo_lines: int = 64
     mlp_relax_k: int = 4
-    page_bytes: int = 4096
-    dcoh_cqids: int = 64
+    page_bytes: int = 65536
+    dcoh_cqids: int = 256
     cache_cqids: int = 128
     cache_write_cqids: int = 16
-    engine_sequencers: int = 2
+    engine_sequencers: int = 4
     meta_state: int = 0
 
     def __post_init__(self) -> None:

@@ -43,12 +43,17 @@ from .cxl.messages import (
 from .engine.engine import Engine
 from .widths import zext
 
-__all__ = ["DCOH_CQID_BASE", "Device"]
+__all__ = ["DCOH_CQID_BASE", "PMEM_REGISTER_RESPONSES", "Device"]
 
 #: First CQID of the DCOH's pool: clear of the CXL.cache agent's CQIDs (0 ..
 #: cache_cqids + cache_write_cqids - 1, at most 4,095 with 2,048 + 2,048), so the host
 #: tells the two apart by CQID as well as by address.
 DCOH_CQID_BASE = 2048
+
+#: R and B of the PMEM arbiter pass without an output register, so the host's reads
+#: and writes see the endpoint's own latency plus the AR / AW register only
+#: (``docs/mem-endpoint.md``).
+PMEM_REGISTER_RESPONSES = False
 
 
 def _merge(m: Module, a, b, out, name: str) -> None:
@@ -154,7 +159,8 @@ class Device(wiring.Component):
             entries=min(64, cfg.dcoh_cqids), max_burst_lines=burst)
         m.submodules.pmem_arbiter = arbiter = AxiArbiter(
             addr_width=self._config.pmem_addr_width, data_width=self._config.line_bits,
-            id_width=self._config.axi_id_width, priorities=[0, 0])
+            id_width=self._config.axi_id_width, priorities=[0, 0],
+            register_responses=PMEM_REGISTER_RESPONSES)
 
         wiring.connect(m, wiring.flipped(self.i_m2s_req), router.i_req)
         wiring.connect(m, wiring.flipped(self.i_m2s_rwd), router.i_rwd)

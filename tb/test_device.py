@@ -16,8 +16,10 @@ import cocotb
 
 from hw.csr.registers import ID_VALUE
 from hw.cxl.messages import DRSOpcode, M2SReqOpcode, M2SRwDOpcode, MetaValue, NDROpcode
+from hw.top import PMEM_REGISTER_RESPONSES
 from sim.golden_memory import FULL_MASK, LINE_BYTES
 from tb.device_tb import DeviceTB
+from tb.endpoint_rate import measure_endpoint
 from tb.host_agent import ErrBit, TrafficMix, random_byte_enable
 from tb.pmem import PmemTiming
 
@@ -31,7 +33,12 @@ READ_HEAVY = TrafficMix(MemRd=60, MemRdData=15, MemWr=4, MemWrPtl=4, MemInv=3, M
                         MemClnEvct=3, MemSpecRd=5, BIConflict=1)
 
 #: R and B responses the device's PMEM arbiter holds in its output registers.
-ARBITER_RESPONSE_REGS = 2
+ARBITER_RESPONSE_REGS = 2 if PMEM_REGISTER_RESPONSES else 0
+#: The host's CXL.mem path through the whole device: cycles an isolated request may add
+#: to PMEM's own latency, and the share of the attainable streaming rate it must reach
+#: (``docs/mem-endpoint.md``).
+MAX_ADDED_LATENCY = 4
+MIN_RATE_SHARE = 0.95
 
 RESERVED_REQ = sorted(set(range(16)) - {op.value for op in M2SReqOpcode})
 RESERVED_RWD = sorted(set(range(16)) - {op.value for op in M2SRwDOpcode})
@@ -205,8 +212,8 @@ async def test_all_tags_in_flight(dut):
     got = accepted()
     tb.log.info("accepted %d of %d with responses paused; %d PMEM answers taken",
                 got, len(txns), taken)
-    # The PMEM arbiter between the endpoint and PMEM registers one R beat and one B
-    # response, so up to two answers PMEM gave may not have reached the endpoint yet
+    # Where the PMEM arbiter between the endpoint and PMEM registers one R beat and one
+    # B response, up to two answers PMEM gave may not have reached the endpoint yet
     # (their slots are still busy); STATUS.OCCUPANCY below checks the exact count.
     assert n <= got - taken + ARBITER_RESPONSE_REGS and got - taken <= n, (
         f"{got} requests accepted and {taken} PMEM answers taken with the response "
@@ -223,6 +230,38 @@ async def test_all_tags_in_flight(dut):
     tb.bfm.pause_responses(False)
     await a.wait_all(txns)
     assert all(t.completed is not None for t in txns)
+    await tb.finish()
+
+
+@cocotb.test()
+async def test_endpoint_latency_and_rate(dut):
+    """The host's CXL.mem path through the whole device (M2S router, endpoint, PMEM
+    arbiter): an isolated read or write adds at most ``MAX_ADDED_LATENCY`` cycles to
+    PMEM's own latency; and where the config keeps enough requests in flight to cover
+    the round trip twice over (``max_tags`` for reads, and for writes also
+    ``hazard_buckets``, since a write waits while its bucket has one in flight),
+    sequential streams of writes and of reads each reach ``MIN_RATE_SHARE`` of the PMEM
+    peak (the ``odd`` and ``default`` presets; ``small``'s 4 tags cannot). A figure
+    check, so it runs with no idle cycles or backpressure; every response is still
+    checked."""
+    timing = PmemTiming(read_latency=4, write_latency=4, peak_lines_per_cycle=1.0,
+                        channels=1, media_bytes=64, jitter=0)
+    tb = await _started(dut, "endpoint_rate", timing=timing)
+    cfg = tb.config
+    fig = await measure_endpoint(tb, min(512, tb.agent.window_lines))
+    tb.log.info("%s", fig)
+    assert fig.added_read_latency <= MAX_ADDED_LATENCY, fig
+    assert fig.added_write_latency <= MAX_ADDED_LATENCY, fig
+    round_trip = max(timing.read_latency, timing.write_latency) + MAX_ADDED_LATENCY
+    if min(cfg.max_tags, cfg.hazard_buckets) >= 2 * round_trip:
+        for kind, rate in (("read", fig.read_rate), ("write", fig.write_rate)):
+            assert rate >= MIN_RATE_SHARE * timing.peak_lines_per_cycle, (
+                f"{kind}s stream at {rate:.3f} lines per cycle, below {MIN_RATE_SHARE} of "
+                f"the peak: {fig}")
+    else:
+        tb.log.info("rates not checked: max_tags %d / hazard_buckets %d cover less than "
+                    "twice the %d-cycle round trip", cfg.max_tags, cfg.hazard_buckets,
+                    round_trip)
     await tb.finish()
 
 

@@ -417,6 +417,7 @@ GOOD = dict(addr_width=30, data_width=512, id_width=8, priorities=(0, 0, 1))
     ({"priorities": (0, True)}, r"priorities must be ints, not True in \(0, True\)"),
     ({"starvation_limit": 0}, "starvation_limit must be an integer of at least 1, not 0"),
     ({"w_fifo_depth": 0}, "w_fifo_depth must be an integer of at least 1, not 0"),
+    ({"register_responses": 1}, "register_responses must be a bool, not 1"),
 ])
 def test_constructor_rejects(changes, message):
     with pytest.raises(ValueError, match=f"^{message}$"):
@@ -428,6 +429,8 @@ def test_constructor_properties():
     assert (a.addr_width, a.data_width, a.id_width) == (30, 512, 8)
     assert (a.priorities, a.starvation_limit, a.w_fifo_depth) == ((0, 0, 1), 5, 12)
     assert (a.n_managers, a.src_bits) == (3, 2)
+    assert a.register_responses
+    assert not AxiArbiter(**GOOD, register_responses=False).register_responses
     assert [p.signature.id_width for p in a.managers] == [8, 8, 8]
     assert a.sub.signature.id_width == 10
     assert AxiArbiter(**{**GOOD, "priorities": [4]}).src_bits == 0
@@ -444,6 +447,9 @@ RANDOM_CONFIGS = {
     "three": dict(priorities=(0, 0, 1), starvation_limit=3),
     "three_fifo1": dict(priorities=(1, 0, 1), starvation_limit=2, w_fifo_depth=1, id_width=1),
     "five": dict(priorities=(2, 0, 1, 0, 1), starvation_limit=5),
+    "three_unregistered": dict(priorities=(0, 0, 1), register_responses=False),
+    "five_fifo1_unregistered": dict(priorities=(2, 0, 1, 0, 1), w_fifo_depth=1,
+                                    register_responses=False),
 }
 
 
@@ -464,11 +470,13 @@ def test_random_traffic(config, stress):
     assert tb.pmem.stats.reads == tb.pmem.stats.writes == BURSTS * tb.dut.n_managers
 
 
-def test_reset_in_the_middle_of_traffic():
+@pytest.mark.parametrize("registered", [True, False], ids=["registered", "unregistered"])
+def test_reset_in_the_middle_of_traffic(registered):
     """Reset with bursts in flight on every channel: no valid survives it and traffic
     afterwards is answered right (no stale W-order entry or response leaks)."""
     seed = _seed(0x5E7)
-    tb = TB(arbiter((0, 0, 1), w_fifo_depth=3), seed=seed, idle=0.2, backpressure=0.3)
+    tb = TB(arbiter((0, 0, 1), w_fifo_depth=3, register_responses=registered), seed=seed,
+            idle=0.2, backpressure=0.3)
     tb.preload()
     for mgr in tb.managers:
         mgr.reads_left = mgr.writes_left = 30
@@ -551,12 +559,15 @@ def test_w_follows_aw_grant_order():
 
 # --- throughput and latency -------------------------------------------------------------------
 
-def test_full_throughput_uncontended():
+@pytest.mark.parametrize("registered", [True, False], ids=["registered", "unregistered"])
+def test_full_throughput_uncontended(registered):
     """One active manager of three, every ready high: AR, AW, W, R and B each move one
-    transfer per cycle; AR/AW/W/R/B each take exactly one cycle through the arbiter."""
+    transfer per cycle; AR/AW/W take exactly one cycle through the arbiter, R/B one
+    cycle with ``register_responses`` and none without; a single-beat write's W is
+    taken in the cycle of its AW grant."""
     timing = PmemTiming(read_latency=2, write_latency=2, channels=8, media_bytes=64,
                         peak_lines_per_cycle=8)
-    tb = TB(arbiter((0, 1, 1)), seed=9, timing=timing)
+    tb = TB(arbiter((0, 1, 1), register_responses=registered), seed=9, timing=timing)
     mgr = tb.managers[1]
     for k in range(24):
         mgr.read(k % 4, mgr.base + 2 * k, 2)
@@ -575,7 +586,8 @@ def test_full_throughput_uncontended():
     for ch in ("ar", "aw", "w"):
         assert tb.log[ch] == [t + 1 for t in mgr.log[ch]], ch
     for ch in ("r", "b"):
-        assert mgr.log[ch] == [t + 1 for t in tb.log[ch]], ch
+        assert mgr.log[ch] == [t + registered for t in tb.log[ch]], ch
+    assert mgr.log["w"] == mgr.log["aw"]
     assert tb.stalls == {"r": 0, "b": 0}
 
 

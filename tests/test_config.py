@@ -17,6 +17,11 @@ def test_presets_load():
         assert config.line_bits == 512
 
 
+def test_dataclass_defaults_are_the_default_preset():
+    # Both build a module named tcxl_device_default, so they must be one device.
+    assert DeviceConfig() == load_config("default")
+
+
 def test_default_config_reaches_pmem_peak():
     # 120-cycle PMEM latency at one line per cycle needs > 120 requests in flight.
     assert load_config("default").max_tags >= 128

@@ -55,6 +55,7 @@ GROUPS: dict[str, list[str]] = {
                   "test_bad_reserved_req_opcode", "test_bad_reserved_rwd_opcode",
                   "test_bad_poisoned_write", "test_bad_empty_partial_write",
                   "test_bad_unexpected_fwd", "test_bad_pmem_response"],
+    "rate": ["test_endpoint_latency_and_rate"],
     "csr": ["test_csr_identification", "test_hdm_reprogramming", "test_dev_load",
             "test_perf_counters"],
 }

@@ -68,27 +68,31 @@ class AxiArbiter(wiring.Component):
     W beats carry no ID, so W follows the AW grant order: every AW grant pushes its
     manager index into a ``w_fifo_depth``-entry FIFO, and W beats are taken from the
     manager at its head until WLAST, then it is popped; W bursts never interleave. AW
-    is not granted while that FIFO is full. A manager may present W before its AW is
-    granted; its beats wait (``wready`` low) until its burst reaches the FIFO head. So,
-    as AXI4 requires anyway, a manager whose AW was granted must deliver that burst's
-    W beats without waiting for any other transfer, or W stalls for every manager.
-    R beats are routed one by one by RID, so R bursts of different IDs may interleave
-    as AXI4 allows.
+    is not granted while that FIFO is full. While the FIFO is empty, the W beat of the
+    manager whose AW is granted in this cycle is taken in the same cycle (a single-beat
+    write presented as AW + W together passes in one cycle, so a manager that issues
+    them as a pair sustains one write per cycle). A manager may present W before its
+    AW is granted; its beats wait (``wready`` low) until its burst reaches the FIFO
+    head. So, as AXI4 requires anyway, a manager whose AW was granted must deliver that
+    burst's W beats without waiting for any other transfer, or W stalls for every
+    manager. R beats are routed one by one by RID, so R bursts of different IDs may
+    interleave as AXI4 allows.
 
     Latency and throughput: AR, AW and W are output registers: a grant (the manager's
-    handshake) in cycle *t* puts the request on ``sub`` in cycle *t* + 1; a W beat may
-    be taken the cycle after its AW grant. R and B are output registers as well: a beat
-    taken from ``sub`` in cycle *t* is valid on the manager in *t* + 1. Uncontended,
-    each of the five channels moves one transfer per cycle. Backpressure: every
-    ``ready`` toward a manager and ``sub.rready`` / ``sub.bready`` are combinational
-    (an output register loads when it is empty or being emptied, STYLE "registered
-    outputs"), so a manager's ``arready`` / ``awready`` / ``wready`` depend on its own
-    valid and on ``sub``'s ready, and ``sub.rready`` on the addressed manager's
-    ``rready``. Every valid obeys the stream rules: it never waits for ready and, once
-    high, holds with its payload until the transfer. Reset (synchronous ``rst``) empties
-    every register and the W FIFO and restarts arbitration; the subordinate must be
-    reset with the arbiter. With one manager the arbiter is a wire (no latency, ID
-    unchanged).
+    handshake) in cycle *t* puts the request on ``sub`` in cycle *t* + 1. R and B are
+    output registers too with ``register_responses`` (a beat taken from ``sub`` in
+    cycle *t* is valid on the manager in *t* + 1); without it they are routed
+    combinationally (no added cycle; ``sub.rready`` / ``sub.bready`` then follow the
+    addressed manager's ``rready`` / ``bready`` in the same cycle). Uncontended, each of
+    the five channels moves one transfer per cycle. Backpressure: every ``ready``
+    toward a manager and ``sub.rready`` / ``sub.bready`` are combinational (an output
+    register loads when it is empty or being emptied), so a manager's ``arready`` /
+    ``awready`` / ``wready`` depend on the managers' valids and on ``sub``'s ready,
+    and ``sub.rready`` on the addressed manager's ``rready``. Every valid obeys the
+    stream rules: it never waits for ready and, once high, holds with its payload until
+    the transfer. Reset (synchronous ``rst``) empties every register and the W FIFO and
+    restarts arbitration; the subordinate must be reset with the arbiter. With one
+    manager the arbiter is a wire (no latency, ID unchanged).
 
     Parameters
     ----------
@@ -103,6 +107,10 @@ class AxiArbiter(wiring.Component):
     w_fifo_depth:
         AW grants whose W burst has not completed that the W-order FIFO holds (>= 1;
         below the number of bursts in flight it limits AW throughput).
+    register_responses:
+        ``True``: R and B pass an output register (one cycle, and no combinational path
+        from a manager's ``rready`` / ``bready`` to ``sub``); ``False``: they are
+        routed combinationally, adding no latency.
 
     Members
     -------
@@ -118,7 +126,8 @@ class AxiArbiter(wiring.Component):
     """
 
     def __init__(self, *, addr_width: int, data_width: int, id_width: int,
-                 priorities, starvation_limit: int = 16, w_fifo_depth: int = 8):
+                 priorities, starvation_limit: int = 16, w_fifo_depth: int = 8,
+                 register_responses: bool = True):
         def positive(name, value, minimum=1):
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ValueError(f"{name} must be an integer of at least {minimum}, "
@@ -139,6 +148,8 @@ class AxiArbiter(wiring.Component):
                 raise ValueError(f"priorities must be ints, not {p!r} in {priorities!r}")
         positive("starvation_limit", starvation_limit)
         positive("w_fifo_depth", w_fifo_depth)
+        if not isinstance(register_responses, bool):
+            raise ValueError(f"register_responses must be a bool, not {register_responses!r}")
 
         self._addr_width = addr_width
         self._data_width = data_width
@@ -146,6 +157,7 @@ class AxiArbiter(wiring.Component):
         self._priorities = tuple(priorities)
         self._starvation_limit = starvation_limit
         self._w_fifo_depth = w_fifo_depth
+        self._register_responses = register_responses
         n = len(priorities)
         self._src_bits = (n - 1).bit_length()
         sig = AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)
@@ -161,6 +173,7 @@ class AxiArbiter(wiring.Component):
     priorities = property(lambda self: self._priorities)
     starvation_limit = property(lambda self: self._starvation_limit)
     w_fifo_depth = property(lambda self: self._w_fifo_depth)
+    register_responses = property(lambda self: self._register_responses)
     n_managers = property(lambda self: len(self._priorities))
     #: Bits of the manager index added on top of the IDs on ``sub``.
     src_bits = property(lambda self: self._src_bits)
@@ -173,7 +186,8 @@ class AxiArbiter(wiring.Component):
     def __repr__(self):
         return (f"AxiArbiter(addr_width={self.addr_width}, data_width={self.data_width}, "
                 f"id_width={self.id_width}, priorities={self.priorities}, "
-                f"starvation_limit={self.starvation_limit}, w_fifo_depth={self.w_fifo_depth})")
+                f"starvation_limit={self.starvation_limit}, w_fifo_depth={self.w_fifo_depth}, "
+                f"register_responses={self.register_responses})")
 
     # --- arbitration ------------------------------------------------------------------
     def _arbiter(self, m: Module, name: str, reqs: list[Value], advance: Value) -> list[Value]:
@@ -255,17 +269,29 @@ class AxiArbiter(wiring.Component):
         return grant
 
     def _response_channel(self, m: Module, ch: str, fields: tuple[str, ...]) -> None:
-        """Registered ``r`` / ``b`` channel, routed to the manager named by the ID's top
-        bits; the other payload members go to every manager (only one sees valid)."""
+        """``r`` / ``b`` channel, routed to the manager named by the ID's top bits
+        (through an output register with ``register_responses``); the other payload
+        members go to every manager (only one sees valid)."""
         mgrs, sub = self.managers, self.sub
         n = len(mgrs)
+        sub_valid, sub_id = getattr(sub, f"{ch}valid"), getattr(sub, f"{ch}id")
+        if not self._register_responses:
+            dest = named(m, Cat(*_decode(sub_id[self._id_width:], n)), f"{ch}_dest")
+            m.d.comb += getattr(sub, f"{ch}ready").eq(
+                _any([dest[i] & getattr(p, f"{ch}ready") for i, p in enumerate(mgrs)]))
+            for i, p in enumerate(mgrs):
+                m.d.comb += [
+                    getattr(p, f"{ch}valid").eq(sub_valid & dest[i]),
+                    getattr(p, f"{ch}id").eq(sub_id[:self._id_width]),
+                    *[getattr(p, f"{ch}{f}").eq(getattr(sub, f"{ch}{f}")) for f in fields],
+                ]
+            return
         valid = Signal(name=f"{ch}_valid")
         dest = Signal(n, name=f"{ch}_dest")   # one-hot manager of the registered beat
         rid = Signal(self._id_width, name=f"{ch}_id")
         regs = {f: Signal(len(getattr(sub, f"{ch}{f}")), name=f"{ch}_{f}") for f in fields}
         taken = _any([dest[i] & getattr(p, f"{ch}ready") for i, p in enumerate(mgrs)])
         advance = named(m, ~valid | taken, f"{ch}_advance")
-        sub_valid, sub_id = getattr(sub, f"{ch}valid"), getattr(sub, f"{ch}id")
         m.d.comb += getattr(sub, f"{ch}ready").eq(advance)
         with m.If(advance):
             m.d.sync += valid.eq(sub_valid)
@@ -306,9 +332,12 @@ class AxiArbiter(wiring.Component):
         push = named(m, _any(aw_grant), "w_order_push")
         push_index = named(m, _encode(aw_grant, self._src_bits), "w_order_push_index")
 
-        # W: from the manager at the FIFO head, into an output register.
+        # W: from the manager at the FIFO head (or, while the FIFO is empty, the one
+        # whose AW is granted now), into an output register.
         w_advance = named(m, ~sub.wvalid | sub.wready, "w_advance")
-        w_sel = [named(m, head_ok & d, f"w_sel{i}") for i, d in enumerate(_decode(head, n))]
+        bypass = named(m, ~head_ok & push, "w_bypass")
+        w_sel = [named(m, (head_ok & d) | (bypass & g), f"w_sel{i}")
+                 for i, (d, g) in enumerate(zip(_decode(head, n), aw_grant, strict=True))]
         for s, p in zip(w_sel, mgrs, strict=True):
             m.d.comb += p.wready.eq(s & w_advance)
         offered = _any([s & p.wvalid for s, p in zip(w_sel, mgrs, strict=True)])
@@ -320,16 +349,19 @@ class AxiArbiter(wiring.Component):
             for f in ("wdata", "wstrb", "wlast"):
                 m.d.sync += getattr(sub, f).eq(_select(w_sel, [getattr(p, f) for p in mgrs]))
 
+        # A burst that passes whole in the cycle of its AW grant never enters the FIFO.
+        push_entry = named(m, push & ~(bypass & pop), "w_order_push_entry")
+        pop_entry = named(m, pop & ~bypass, "w_order_pop_entry")
         rotate = lambda ptr: Cat(ptr[-1], ptr[:-1])
-        with m.If(push):
+        with m.If(push_entry):
             m.d.sync += wr_ptr.eq(rotate(wr_ptr))
             for k in range(depth):
                 with m.If(wr_ptr[k]):
                     m.d.sync += entries[k].eq(push_index)
-        with m.If(pop):
+        with m.If(pop_entry):
             m.d.sync += rd_ptr.eq(rotate(rd_ptr))
-        m.d.sync += occupied.eq((occupied & ~(rd_ptr & pop.replicate(depth)))
-                                | (wr_ptr & push.replicate(depth)))
+        m.d.sync += occupied.eq((occupied & ~(rd_ptr & pop_entry.replicate(depth)))
+                                | (wr_ptr & push_entry.replicate(depth)))
 
         self._response_channel(m, "r", ("data", "resp", "last"))
         self._response_channel(m, "b", ("resp",))
