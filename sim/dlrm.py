@@ -36,15 +36,17 @@ import numpy as np
 
 from . import embedding
 from .embedding import LINE_BYTES
+from .platform import DEFAULT_PLATFORM, get_platform
 from .workloads import SyntheticClicks, Workload
 
 __all__ = ["DLRM", "GPU_LAUNCH_CYCLES", "TrainResult", "init_tables", "train_reference",
            "train_step"]
 
-#: Fixed GPU cost per training batch in device cycles: 10 us at 250 MHz, the order of the
-#: launch and synchronisation latency of one DLRM step captured as a CUDA graph (about
-#: 20 kernels at a few hundred ns each, plus the host round trip that waits for it).
-GPU_LAUNCH_CYCLES = 2_500
+#: Fixed GPU cost per training batch in device cycles: the platform's ``gpu_launch_ns``
+#: (10 us, 2,500 cycles at 250 MHz), the order of the launch and synchronisation latency
+#: of one DLRM step captured as a CUDA graph (about 20 kernels at a few hundred ns each,
+#: plus the host round trip that waits for it).
+GPU_LAUNCH_CYCLES = get_platform(DEFAULT_PLATFORM).gpu_launch_cycles
 
 
 @dataclass(frozen=True)

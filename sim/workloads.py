@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .embedding import BF16, FP32, power_law_rows
+from .platform import DEFAULT_PLATFORM, get_platform
 
 __all__ = [
     "DEVICE_CLOCK_HZ",
@@ -47,11 +48,12 @@ __all__ = [
     "get_workload",
 ]
 
-#: Device clock the cycle counts refer to.
-DEVICE_CLOCK_HZ = 250e6
+#: Device clock the cycle counts refer to, from the platform the training flow runs on
+#: (``sim/platform.py``, ``docs/platform.md``).
+DEVICE_CLOCK_HZ = get_platform(DEFAULT_PLATFORM).device_clock_hz
 #: Effective GPU fp32 throughput on small-batch DLRM MLPs (see the module docstring).
-GPU_FLOPS = 1e12
-GPU_FLOPS_PER_CYCLE = GPU_FLOPS / DEVICE_CLOCK_HZ
+GPU_FLOPS = get_platform(DEFAULT_PLATFORM).gpu_flops
+GPU_FLOPS_PER_CYCLE = get_platform(DEFAULT_PLATFORM).gpu_flops_per_cycle
 
 #: How the number of indices of a bag is drawn (see :class:`Workload`).
 POOLING_KINDS = ("fixed", "poisson", "multi-hot")

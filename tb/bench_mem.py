@@ -13,15 +13,16 @@ from pathlib import Path
 
 import cocotb
 
+from sim.platform import get_platform
 from tb import env
 from tb.device_tb import DeviceTB
 from tb.endpoint_rate import measure_endpoint
 from tb.pmem import PmemTiming
 
-#: The issue's measurement conditions: PMEM at one line per cycle peak, read latency
-#: 120 cycles, write latency 40 cycles, responses in order of readiness (no jitter).
-BENCH_TIMING = PmemTiming(read_latency=120, write_latency=40, peak_lines_per_cycle=1.0,
-                          channels=1, jitter=0)
+#: The benchmarks' PMEM: the ``ideal-1ch`` platform (``docs/platform.md``): one channel
+#: at one line per cycle for reads and writes, read latency 120 cycles, write latency
+#: 40 cycles, responses in order of readiness (no jitter).
+BENCH_TIMING = PmemTiming.from_platform(get_platform("ideal-1ch"))
 
 
 def _write(result: dict) -> None:

@@ -75,6 +75,11 @@ class PmemTiming:
         Media access granularity (a power of two, 64 to 4096 bytes).
     jitter:
         Random extra latency, 0 to ``jitter`` cycles, drawn per request.
+    write_bandwidth_ratio:
+        Media write bandwidth as a fraction of the read bandwidth
+        ``peak_lines_per_cycle`` (1.0: symmetric; persistent media write several times
+        slower than they read, ``docs/platform.md``): a block write occupies its channel
+        ``1 / write_bandwidth_ratio`` times as long as a block read.
     """
 
     read_latency: int = 120
@@ -83,6 +88,7 @@ class PmemTiming:
     channels: int = 1
     media_bytes: int = 256
     jitter: int = 0
+    write_bandwidth_ratio: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("read_latency", "write_latency", "channels", "media_bytes", "jitter"):
@@ -103,6 +109,10 @@ class PmemTiming:
             raise ValueError(f"media_bytes must be a power of two from 64 to 4096, not {mb}")
         if self.jitter < 0:
             raise ValueError(f"jitter must be non-negative, not {self.jitter}")
+        ratio = self.write_bandwidth_ratio
+        if (isinstance(ratio, bool) or not isinstance(ratio, int | float | Fraction)
+                or not 0 < ratio <= 1):
+            raise ValueError(f"write_bandwidth_ratio must be a number in (0, 1], not {ratio!r}")
 
     @property
     def block_cycles(self) -> Fraction:
@@ -110,6 +120,23 @@ class PmemTiming:
         ``media_bytes / 64 * channels / peak_lines_per_cycle``."""
         peak = Fraction(self.peak_lines_per_cycle).limit_denominator(1 << 20)
         return Fraction(self.media_bytes // LINE_BYTES * self.channels) / peak
+
+    @classmethod
+    def from_platform(cls, platform, *, jitter: int = 0) -> PmemTiming:
+        """The media timing of a :class:`sim.platform.Platform` in its device cycles."""
+        return cls(read_latency=platform.pmem_read_cycles,
+                   write_latency=platform.pmem_write_cycles,
+                   peak_lines_per_cycle=platform.pmem_read_lines_per_cycle,
+                   channels=platform.pmem_channels, media_bytes=platform.pmem_media_bytes,
+                   jitter=jitter,
+                   write_bandwidth_ratio=(platform.pmem_write_bytes_per_s
+                                          / platform.pmem_read_bytes_per_s))
+
+    @property
+    def write_block_cycles(self) -> Fraction:
+        """Media time of one block write: ``block_cycles / write_bandwidth_ratio``."""
+        ratio = Fraction(self.write_bandwidth_ratio).limit_denominator(1 << 20)
+        return self.block_cycles / ratio
 
 
 @dataclass
@@ -226,7 +253,8 @@ class PmemModel:
     **Timing.** Each media channel serves block accesses (``media_bytes``, interleaved
     over channels: ``channel = (addr // media_bytes) % channels``). One block access
     occupies its channel for ``T = media_bytes/64 * channels / peak_lines_per_cycle``
-    cycles; accesses queue first come, first served (``start = max(arrival,
+    cycles (a block write ``T / write_bandwidth_ratio``); accesses queue first come,
+    first served (``start = max(arrival,
     channel_free)``), reads and writes sharing the channel. A line whose block equals
     the channel's most recent block access in the same direction, arriving before that
     access's slot ends (``arrival < start + T``), is a buffer hit: no media time, and
@@ -283,9 +311,10 @@ class PmemModel:
         self.rng = rng if rng is not None else random.Random(0)
         self.check_4k = check_4k
         t = self.timing
-        block = t.block_cycles
-        # Integer arithmetic in the common case; Fractions only for odd bandwidths.
-        self._block_cycles = int(block) if block.denominator == 1 else block
+        # Media time of a block access per direction (read, write); integer arithmetic
+        # in the common case, Fractions only for odd bandwidths.
+        self._block_cycles = tuple(int(b) if b.denominator == 1 else b
+                                   for b in (t.block_cycles, t.write_block_cycles))
         self._latency = (t.read_latency, t.write_latency)
         self._blk_shift = t.media_bytes.bit_length() - 1
         self._channels = t.channels
@@ -320,9 +349,10 @@ class PmemModel:
             return max(last[2], arrival + 1)
         free = self._free[ch]
         start = arrival if arrival >= free else free
-        end = start + self._block_cycles
+        busy = self._block_cycles[direction]
+        end = start + busy
         self._free[ch] = end
-        self.stats.media_busy[ch] += self._block_cycles
+        self.stats.media_busy[ch] += busy
         self.stats.media_accesses += 1
         if direction == _READ:
             self.stats.media_reads += 1

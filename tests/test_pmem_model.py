@@ -196,6 +196,41 @@ def test_reads_and_writes_share_media_time():
     assert m.stats.lines_read == 2000 and m.stats.lines_written == 2000
 
 
+@pytest.mark.parametrize("ratio", [1.0, 0.5, 1 / 6])
+@pytest.mark.parametrize("channels", [1, 4])
+def test_sequential_writes_reach_write_bandwidth(ratio, channels):
+    """Streaming writes move ``peak_lines_per_cycle * write_bandwidth_ratio`` lines per
+    cycle; reads on the same model still reach the read peak."""
+    m = model(channels=channels, write_bandwidth_ratio=ratio)
+    port = Port(m)
+    n = 2048
+    for i in range(n):
+        port.write(i % 8, LINE_BYTES * i, [i])
+        port.step()
+    port.run_until_idle()
+    cycles = [c for c, *_ in port.b]
+    lo, hi = n // 10, 9 * n // 10
+    assert (hi - lo) / (cycles[hi] - cycles[lo]) == pytest.approx(ratio, rel=0.03)
+    assert m.stats.media_writes == n // 4
+    # media_busy counts every block write's longer slot.
+    assert sum(m.stats.media_busy) == pytest.approx(n // 4 * 4 * channels / ratio, rel=1e-9)
+    assert read_throughput(m, [LINE_BYTES * i for i in range(4096)]) == pytest.approx(
+        1.0, rel=0.03)
+
+
+def test_writes_take_longer_media_slots_than_reads():
+    """With half the write bandwidth, a block write holds its channel twice as long: a
+    read queued behind it starts that much later."""
+    t = PmemTiming(read_latency=10, write_latency=10, write_bandwidth_ratio=0.5)
+    assert t.block_cycles == 4 and t.write_block_cycles == 8
+    m = PmemModel(size=1 << 20, timing=t)
+    port = Port(m)
+    port.write(0, 0, [1, 2, 3, 4])
+    port.read(1, 0x1000)
+    port.run_until_idle()
+    assert port.r[0][0] == 8 + 10      # the read starts when the write's 8-cycle slot ends
+
+
 # --- ordering -----------------------------------------------------------------------
 
 def test_jitter_reorders_across_ids_not_within():
@@ -460,6 +495,11 @@ def test_4k_check_can_be_disabled():
     ({"media_bytes": 96}, "media_bytes must be a power of two from 64 to 4096, not 96"),
     ({"media_bytes": 32}, "media_bytes must be a power of two from 64 to 4096, not 32"),
     ({"jitter": -1}, "jitter must be non-negative, not -1"),
+    ({"write_bandwidth_ratio": 0}, r"write_bandwidth_ratio must be a number in \(0, 1\], not 0"),
+    ({"write_bandwidth_ratio": 1.5},
+     r"write_bandwidth_ratio must be a number in \(0, 1\], not 1.5"),
+    ({"write_bandwidth_ratio": True},
+     r"write_bandwidth_ratio must be a number in \(0, 1\], not True"),
 ])
 def test_timing_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
