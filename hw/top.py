@@ -15,13 +15,13 @@ Req channel with the DCOH. Everything is configured and observed through
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .bus.axi import AXI4LiteSignature, AXI4Signature
 from .bus.axi_arbiter import AxiArbiter
-from .config import DeviceConfig
+from .config import HDM_GRANULE, DeviceConfig
 from .csr.bank import CsrBank
 from .cxl.cache_agent import CacheAgent
 from .cxl.dcoh import Dcoh
@@ -180,9 +180,11 @@ class Device(wiring.Component):
         wiring.connect(m, arbiter.sub, wiring.flipped(self.pmem))
         wiring.connect(m, wiring.flipped(self.csr), regs.csr)
 
-        # HDM decoder: byte registers -> line address / line count (Addr[51:6]).
-        hdm_base = Cat(regs.hdm_base_lo[6:32], regs.hdm_base_hi[0:20])
-        hdm_size = zext(Cat(regs.hdm_size_lo[6:32], regs.hdm_size_hi[0:20]),
+        # HDM decoder: byte registers -> line address / line count (Addr[51:6]); the
+        # registers hold bits [51:12] (4 KiB granules).
+        granule_lines = Const(0, HDM_GRANULE.bit_length() - 1 - 6)
+        hdm_base = Cat(granule_lines, regs.hdm_base_lo.addr, regs.hdm_base_hi.addr)
+        hdm_size = zext(Cat(granule_lines, regs.hdm_size_lo.addr, regs.hdm_size_hi.addr),
                         len(endpoint.hdm_size))
         m.d.comb += [
             endpoint.hdm_base.eq(hdm_base),
@@ -204,11 +206,13 @@ class Device(wiring.Component):
             regs.err_addr_hi_capture.eq(error),
             regs.err_addr_hi_value.eq(info.address[32:46]),
             regs.err_info_capture.eq(error),
-            regs.err_info_value.eq(Cat(info.channel, Const(0, 2), info.opcode)),
+            regs.err_info_value.channel.eq(info.channel),
+            regs.err_info_value.opcode.eq(info.opcode),
         ]
 
         m.d.comb += [
-            regs.status.eq(Cat(zext(endpoint.o_occupancy, 16), endpoint.o_dev_load)),
+            regs.status.occupancy.eq(endpoint.o_occupancy),
+            regs.status.dev_load.eq(endpoint.o_dev_load),
             regs.perf_cycles_inc.eq(1),
             regs.perf_reads_inc.eq(endpoint.o_perf.read),
             regs.perf_writes_inc.eq(endpoint.o_perf.write),
@@ -223,9 +227,13 @@ class Device(wiring.Component):
             engine.cq_base.eq(zext(Cat(regs.eng_cq_base_lo, regs.eng_cq_base_hi), aw)),
             engine.tail.eq(regs.eng_tail),
             regs.eng_head.eq(engine.head),
-            regs.eng_status.eq(Cat(engine.busy, Const(0, 7), engine.in_flight,
-                                   engine.undo_stall, engine.serial)),
-            regs.eng_err_set.eq(Cat(engine.err_desc, engine.err_overrun, engine.err_pmem)),
+            regs.eng_status.busy.eq(engine.busy),
+            regs.eng_status.in_flight.eq(engine.in_flight),
+            regs.eng_status.undo_stall.eq(engine.undo_stall),
+            regs.eng_status.serial.eq(engine.serial),
+            regs.eng_err_set.desc_error.eq(engine.err_desc),
+            regs.eng_err_set.ring_overrun.eq(engine.err_overrun),
+            regs.eng_err_set.pmem_resp.eq(engine.err_pmem),
             regs.eng_err_seq_capture.eq(engine.err_desc),
             regs.eng_err_seq_value.eq(engine.err_seq),
             regs.eng_err_info_capture.eq(engine.err_desc),
@@ -240,12 +248,18 @@ class Device(wiring.Component):
 
         # Checkpoint logger and recovery (docs/checkpoint.md).
         m.d.comb += [
-            engine.ck_recover.eq(regs.ck_cmd[0]),
-            regs.ck_status.eq(Cat(engine.ck_busy, engine.ck_done, engine.ck_on, Const(0, 1),
-                                  engine.ck_result, Const(0, 2), engine.ck_log_full,
-                                  engine.ck_overflow, engine.ck_rejected,
-                                  engine.ck_log_busy, engine.ck_mlp_busy,
-                                  engine.ck_mlp_error, engine.ck_mlp_lag)),
+            engine.ck_recover.eq(regs.ck_cmd.recover),
+            regs.ck_status.busy.eq(engine.ck_busy),
+            regs.ck_status.done.eq(engine.ck_done),
+            regs.ck_status.on.eq(engine.ck_on),
+            regs.ck_status.result.eq(engine.ck_result),
+            regs.ck_status.log_full.eq(engine.ck_log_full),
+            regs.ck_status.overflow.eq(engine.ck_overflow),
+            regs.ck_status.rejected.eq(engine.ck_rejected),
+            regs.ck_status.log_busy.eq(engine.ck_log_busy),
+            regs.ck_status.mlp_busy.eq(engine.ck_mlp_busy),
+            regs.ck_status.mlp_error.eq(engine.ck_mlp_error),
+            regs.ck_status.mlp_lag.eq(engine.ck_mlp_lag),
             regs.ck_committed.eq(engine.ck_committed),
             regs.ck_epoch.eq(engine.ck_epoch),
             regs.ck_rolled_back.eq(engine.ck_rolled_back),
@@ -261,7 +275,8 @@ class Device(wiring.Component):
         ]
 
         # Coherence (docs/dcoh.md, docs/cxl-cache.md): mode, flips, errors, counters.
-        hdm_d, mlp_src_host, cq_host = regs.coh_ctrl[0], regs.coh_ctrl[1], regs.coh_ctrl[2]
+        ctrl = regs.coh_ctrl
+        hdm_d, mlp_src_host, cq_host = ctrl.hdm_d, ctrl.mlp_src_host, ctrl.cq_host
         _merge(m, agent.o_d2h_req, dcoh.o_d2h_req, self.o_d2h_req, "d2h_req")
         wiring.connect(m, agent.o_d2h_rsp, wiring.flipped(self.o_d2h_rsp))
         wiring.connect(m, agent.o_d2h_data, wiring.flipped(self.o_d2h_data))
@@ -280,12 +295,13 @@ class Device(wiring.Component):
             engine.cq_host.eq(cq_host),
             engine.cq_host_line.eq(Cat(regs.coh_cq_host_base_lo[6:32],
                                        regs.coh_cq_host_base_hi[0:20])),
-            dcoh.i_flip_start.eq(regs.coh_flip[0]),
+            dcoh.i_flip_start.eq(regs.coh_flip.start),
             flip.first_page.eq(regs.coh_flip_first),
             flip.pages.eq(regs.coh_flip_pages),
-            flip.to_host.eq(regs.coh_flip[1]),
-            regs.coh_flip_status.eq(Cat(dcoh.o_flip.busy, dcoh.o_flip.done,
-                                        dcoh.o_flip.error)),
+            flip.to_host.eq(regs.coh_flip.to_host),
+            regs.coh_flip_status.busy.eq(dcoh.o_flip.busy),
+            regs.coh_flip_status.done.eq(dcoh.o_flip.done),
+            regs.coh_flip_status.error.eq(dcoh.o_flip.error),
         ]
         for block, name in ((dcoh, "coh_dcoh_err"), (agent, "coh_cache_err")):
             first = block.o_err_first
@@ -293,9 +309,10 @@ class Device(wiring.Component):
                 getattr(regs, f"{name}_set").eq(block.o_err_set),
                 # The block keeps its own first-error record: its status clears with
                 # the register's bits, so "first since all clear" means the same.
-                block.i_err_clear.eq(~getattr(regs, name)),
-                getattr(regs, f"{name}_info").eq(Cat(zext(first.code, 4), zext(first.opcode, 12),
-                                                     zext(first.id, 16))),
+                block.i_err_clear.eq(~Value.cast(getattr(regs, name))),
+                getattr(regs, f"{name}_info").code.eq(first.code),
+                getattr(regs, f"{name}_info").opcode.eq(first.opcode),
+                getattr(regs, f"{name}_info").id.eq(first.id),
             ]
         m.d.comb += [
             regs.coh_dcoh_err_addr_lo.eq(dcoh.o_err_first.address[0:32]),

@@ -136,14 +136,14 @@ class CkptDriver(EngineDriver):
         csr, loop = self.tb.csr, self.tb.loop
         start = loop.cycle
         while True:
-            status = await csr.read("CK_STATUS")
+            status = await csr.read_fields("CK_STATUS")
             done = await csr.read("CK_MLP_BATCH")
-            if done >= batch_id and not status >> 12 & 1:
+            if done >= batch_id and not status.mlp_busy:
                 break
-            assert not status >> 13 & 1, f"MLP copy failed (CK_STATUS {status:#x})"
+            assert not status.mlp_error, f"MLP copy failed ({status})"
             if loop.cycle - start > timeout:
                 raise TimeoutError(f"MLP copy of batch {batch_id} not done within {timeout} "
-                                   f"cycles (CK_STATUS {status:#x}, CK_MLP_BATCH {done})")
+                                   f"cycles ({status}, CK_MLP_BATCH {done})")
             await loop.wait_cycles(poll)
         self.mlp_done = max(self.mlp_done, done)
         slot = await csr.read("CK_MLP_SLOT")
@@ -176,29 +176,28 @@ class CkptDriver(EngineDriver):
 
     async def start_recovery(self) -> int:
         """Write CK_CMD.RECOVER; returns the cycle it was written in."""
-        await self.tb.csr.write("CK_CMD", 1)
+        await self.tb.csr.write_fields("CK_CMD", recover=1)
         return self.tb.loop.cycle
 
     async def wait_recovery(self, start: int, *, timeout: int = 500_000,
                             poll: int = 32) -> RecoveryResult:
         csr, loop = self.tb.csr, self.tb.loop
         while True:
-            status = await csr.read("CK_STATUS")
-            if status & 0b10 and not status & 0b1:
+            status = await csr.read_fields("CK_STATUS")
+            if status.done and not status.busy:
                 break
             if loop.cycle - start > timeout:
-                raise TimeoutError(f"recovery not done within {timeout} cycles "
-                                   f"(CK_STATUS {status:#x})")
+                raise TimeoutError(f"recovery not done within {timeout} cycles ({status})")
             await loop.wait_cycles(poll)
-        self.tb.log.debug("recovery done: CK_STATUS %#x", status)
+        self.tb.log.debug("recovery done: %s", status)
         res = RecoveryResult(
-            status=(status >> 4) & 3, committed=await csr.read("CK_COMMITTED"),
+            status=status.result, committed=await csr.read("CK_COMMITTED"),
             epoch=await csr.read("CK_EPOCH"), rolled_back=await csr.read("CK_ROLLED_BACK"),
             mlp_slot=await csr.read("CK_MLP_SLOT"), mlp_batch=await csr.read("CK_MLP_BATCH"),
             cycles=loop.cycle - start)
-        on = bool(status & 0b100)
+        on = bool(status.on)
         assert on == (res.status == 0), (
-            f"CK_STATUS {status:#x} (CK_STATUS now {await csr.read('CK_STATUS'):#x}, "
+            f"{status} (CK_STATUS now {await csr.read('CK_STATUS'):#x}, "
             f"{res}): ON disagrees with RESULT")
         if on:
             self.ck_on = True

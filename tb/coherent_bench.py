@@ -16,6 +16,8 @@ import random
 import cocotb
 from cocotb.triggers import Lock
 
+from hw.config import DeviceConfig
+from hw.csr.registers import register_map
 from hw.cxl.dcoh import DcohError
 from hw.cxl.messages import Codec
 from hw.engine.completion import RECORD
@@ -33,8 +35,13 @@ from tb.coherent_host import (
 from tb.device_tb import DeviceTB
 from tb.engine_driver import EngineDriver
 
-HDM_D, MLP_SRC_HOST, CQ_HOST = 1, 2, 4
-FLIP_BUSY, FLIP_DONE, FLIP_ERROR = 1, 2, 4
+#: COH_CTRL and COH_FLIP_STATUS bits, from the register map (the positions of these
+#: fields do not depend on the config).
+_MAP = register_map(DeviceConfig())
+HDM_D, MLP_SRC_HOST, CQ_HOST = (_MAP["COH_CTRL"].pack(**{f: 1})
+                                for f in ("hdm_d", "mlp_src_host", "cq_host"))
+FLIP_BUSY, FLIP_DONE, FLIP_ERROR = (_MAP["COH_FLIP_STATUS"].pack(**{f: 1})
+                                    for f in ("busy", "done", "error"))
 _RECORD = Codec(RECORD)
 
 
@@ -160,7 +167,7 @@ class CohBench:
             t0 = self.tb.loop.cycle
             await csr.write("COH_FLIP_FIRST", first)
             await csr.write("COH_FLIP_PAGES", pages)
-            await csr.write("COH_FLIP", 1 | int(to_host) << 1)
+            await csr.write_fields("COH_FLIP", start=1, to_host=int(to_host))
             await self.tb.loop.wait_cycles(4)
             status = await self.wait_flip()
             assert status & FLIP_DONE, f"COH_FLIP_STATUS {status:#x}: not done"

@@ -10,7 +10,27 @@ from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 from hw.config import DeviceConfig
 from hw.csr.registers import register_map
 
-__all__ = ["Csr"]
+__all__ = ["Csr", "Fields"]
+
+
+class Fields(dict):
+    """The fields of one register value by lower-case field name (also as attributes:
+    ``status.dev_load``); ``raw`` is the whole word."""
+
+    def __init__(self, register: str, raw: int, values: dict[str, int]):
+        super().__init__(values)
+        self.register = register
+        self.raw = raw
+
+    def __getattr__(self, name: str) -> int:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"register {self.register} has no field {name!r}") from None
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v:#x}" for k, v in self.items())
+        return f"{self.register}({self.raw:#x}: {inner})"
 
 
 class Csr:
@@ -104,6 +124,18 @@ class Csr:
 
     async def write(self, name: str, value: int) -> None:
         await self.write_at(self.offset(name), value)
+
+    def fields(self, name: str, value: int) -> Fields:
+        """``value`` of register ``name`` split into its fields (``hw.csr.registers``)."""
+        return Fields(name, value, self.map[name].field_values(value))
+
+    async def read_fields(self, name: str) -> Fields:
+        """Read register ``name`` and split it into its fields."""
+        return self.fields(name, await self.read(name))
+
+    async def write_fields(self, name: str, **values: int) -> None:
+        """Write register ``name`` with the named fields set and every other bit 0."""
+        await self.write(name, self.map[name].pack(**values))
 
     async def read64(self, name: str) -> int:
         """Read a 64-bit pair ``<name>_LO`` / ``<name>_HI``.

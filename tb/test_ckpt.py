@@ -281,10 +281,10 @@ async def test_bad_batches_and_busy_recovery(dut):
     await drv.lookup(t, big, batch_id=2, capture_undo=True)
     await drv.ring()
     await tb.loop.wait_cycles(20)
-    await tb.csr.write("CK_CMD", 1)
-    status = await tb.csr.read("CK_STATUS")
-    assert status & (1 << 10) and status & 0b100 and not status & 1, (
-        f"CK_STATUS {status:#x}: RECOVER during a LOOKUP must be refused")
+    await tb.csr.write_fields("CK_CMD", recover=1)
+    status = await tb.csr.read_fields("CK_STATUS")
+    assert status.rejected and status.on and not status.busy, (
+        f"{status}: RECOVER during a LOOKUP must be refused")
     await drv.wait()
     await drv.plain(DescKind.COMMIT, batch_id=2)
     await drv.run()
@@ -306,8 +306,8 @@ async def test_log_overflow(dut):
     batch = Batch(rows, np.array([0], np.int32))
     await drv.lookup(t, batch, batch_id=1, capture_undo=True)
     await drv.run()
-    status = await tb.csr.read("CK_STATUS")
-    assert status & (1 << 9), f"CK_STATUS {status:#x}: OVERFLOW not set"
+    status = await tb.csr.read_fields("CK_STATUS")
+    assert status.overflow, f"{status}: OVERFLOW not set"
     assert await tb.csr.read("CK_OVERFLOW_BATCH") == 1
     drv.overflowed.add(1)
     grads = np.ones((1, t.dim), np.float32)
@@ -379,10 +379,10 @@ async def test_mlp_checkpoint(dut):
     assert stall > 0, "COMMIT(4) did not wait for the running copy with K = 0"
     assert await tb.csr.read64("CK_MLP_LINES") == MLP_BYTES // LINE_BYTES
     await drv.wait_mlp(3)
-    status = await tb.csr.read("CK_STATUS")
-    assert status >> 14 & 1, f"CK_STATUS {status:#x}: MLP_LAG clear with committed 4, MLP 3"
+    status = await tb.csr.read_fields("CK_STATUS")
+    assert status.mlp_lag, f"{status}: MLP_LAG clear with committed 4, MLP 3"
     await tb.csr.write("CK_MLP_K", 1)
-    status = await tb.csr.read("CK_STATUS")
-    assert not status >> 14 & 1, f"CK_STATUS {status:#x}: MLP_LAG set within K"
+    status = await tb.csr.read_fields("CK_STATUS")
+    assert not status.mlp_lag, f"{status}: MLP_LAG set within K"
     tb.log.info("COMMIT waited %d cycles for the MLP copy", stall)
     tb.check_protocol()

@@ -277,7 +277,7 @@ async def test_reset_in_coherent_traffic(dut, noise):
         async with bench._flip_lock:    # a flip in flight, not waited for
             await csr.write("COH_FLIP_FIRST", first)
             await csr.write("COH_FLIP_PAGES", 3)
-            await csr.write("COH_FLIP", 1)
+            await csr.write_fields("COH_FLIP", start=1)
             await tb.loop.wait_cycles(rng.randint(4, 40))
             busy = await csr.read("COH_FLIP_STATUS") & FLIP_BUSY
             lost_writes = await bench.reset_device()

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from amaranth.hdl import Shape
+from amaranth.hdl import Shape, Value
 from amaranth.sim import Simulator
 
 from hw.bus.axi import AxiResp
@@ -222,7 +222,8 @@ class TB:
         return hi << 32 | lo
 
     def port(self, name: str):
-        return getattr(self.dut, name)
+        """A bank port as plain bits (ports of registers with fields are views)."""
+        return Value.cast(getattr(self.dut, name))
 
 
 def byte_mask(strb: int) -> int:
@@ -480,6 +481,43 @@ def test_writes_to_read_only_registers_are_ignored(rng):
         assert await tb.read(ctx, "STATUS") == 0x3_FFFF
 
     tb.run(bench)
+
+
+def test_fields_are_named_port_members(rng):
+    """A register with fields has ports of its field layout: the device drives and reads
+    them by field name, each landing in its field's bits (reserved bits read 0); a
+    register without fields has a plain port."""
+    tb = TB(rng)
+    status, eng, ctrl = tb.dut.status, tb.dut.eng_status, tb.dut.coh_ctrl
+    assert {name for name, _ in status.shape()} == {"occupancy", "dev_load"}
+    assert isinstance(tb.dut.eng_tail, Value)      # no fields: plain bits
+
+    async def bench(ctx):
+        ctx.set(status.occupancy, 5)
+        ctx.set(status.dev_load, 2)
+        assert await tb.read(ctx, "STATUS") == 0x2_0005
+        ctx.set(eng.in_flight, 0xA5)
+        ctx.set(eng.serial, 1)
+        assert await tb.read(ctx, "ENG_STATUS") == 0xA5 << 8 | 1 << 17
+        await tb.write(ctx, "COH_CTRL", 0b110)
+        assert (ctx.get(ctrl.hdm_d), ctx.get(ctrl.mlp_src_host), ctx.get(ctrl.cq_host)) == (
+            0, 1, 1)
+
+    tb.run(bench)
+
+
+def test_register_field_values_and_pack():
+    reg = register_map(load_config("small"))["CK_STATUS"]
+    word = reg.pack(done=1, result=2, mlp_lag=1)
+    assert word == 1 << 1 | 2 << 4 | 1 << 14
+    assert reg.field_values(word) == {**dict.fromkeys(
+        ("busy", "on", "log_full", "overflow", "rejected", "log_busy", "mlp_busy",
+         "mlp_error"), 0), "done": 1, "result": 2, "mlp_lag": 1}
+    with pytest.raises(ValueError, match="register CK_STATUS: 4 does not fit field RESULT "
+                                         r"\(2 bits\)"):
+        reg.pack(result=4)
+    with pytest.raises(KeyError, match="register CK_STATUS has no field 'nope'"):
+        reg.pack(nope=1)
 
 
 @pytest.mark.parametrize("preset", ["default", "small"])
@@ -776,6 +814,8 @@ def test_map_validation_names_the_register(registers, message):
     ({"fields": [Field("F", 0, 4), Field("G", 3, 2)]},
      "register X: field G [4:3] overlaps another field"),
     ({"fields": [Field("F", 0, 1), Field("f", 1, 1)]}, "register X: field F is defined twice"),
+    ({"reset": 0x5, "fields": [Field("F", 0, 2)]},
+     "register X: reset 0x5 sets bits outside its fields"),
 ])
 def test_register_validation_names_the_register(kwargs, message):
     args = {"name": "X", "offset": 0, "kind": Kind.RW, **kwargs}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -65,7 +65,11 @@ class CsrBank(wiring.Component):
         The AXI4-Lite subordinate port.
     <register ports>:
         One member per :class:`~hw.csr.registers.Port` of the map (``registers.ports``),
-        for example ``hdm_base_lo``, ``err_status_set``, ``perf_cycles_inc``.
+        for example ``hdm_base_lo``, ``err_status_set``, ``perf_cycles_inc``. The value
+        ports of a register with fields have its field layout
+        (:attr:`~hw.csr.registers.Register.layout`): the device connects them by field
+        name (``eng_status.in_flight``, ``coh_ctrl.hdm_d``), so adding a status bit is
+        one edit of the register map and one connection.
 
     Raises
     ------
@@ -98,9 +102,9 @@ class CsrBank(wiring.Component):
         members = {"csr": In(AXI4LiteSignature(addr_width=config.csr_addr_width))}
         for port in registers.ports:
             if port.direction == "in":
-                members[port.name] = In(port.width)
+                members[port.name] = In(port.shape)
             else:
-                members[port.name] = Out(port.width, init=port.init)
+                members[port.name] = Out(port.shape, init=port.init_value)
         super().__init__(members)
 
     config = property(lambda self: self._config)
@@ -108,6 +112,8 @@ class CsrBank(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # The register ports as plain bits (ports of registers with fields are views).
+        bits = lambda name: Value.cast(getattr(self, name))
         # COUNTER64 count registers by register name, kept for simulation test benches
         # that preload a count: a carry out of bit 31 takes 2**32 cycles otherwise.
         self._counts = {}
@@ -173,16 +179,16 @@ class CsrBank(wiring.Component):
 
         for reg in self.registers:
             if reg.kind is Kind.W1C:
-                value = getattr(self, reg.port_name)
+                value = bits(reg.port_name)
                 clear = Mux(wr_word[reg.name], w_bits[:reg.width], 0)
                 w1c_next[reg.name] = Signal(reg.width, name=f"{reg.port_name}_cleared")
                 m.d.comb += w1c_next[reg.name].eq(value & ~clear)
-                m.d.sync += value.eq(w1c_next[reg.name] | getattr(self, f"{reg.port_name}_set"))
+                m.d.sync += value.eq(w1c_next[reg.name] | bits(f"{reg.port_name}_set"))
                 read_value[reg.name] = value
             elif reg.kind is Kind.PULSE:
                 pulse_bit0[reg.name] = Signal(name=f"{reg.port_name}_bit0")
                 m.d.comb += pulse_bit0[reg.name].eq(wr_word[reg.name] & w_bits[0])
-                m.d.sync += getattr(self, reg.port_name).eq(
+                m.d.sync += bits(reg.port_name).eq(
                     Mux(wr_word[reg.name], w_bits[:reg.width], 0))
                 read_value[reg.name] = Const(0, reg.width)
 
@@ -191,7 +197,7 @@ class CsrBank(wiring.Component):
             if reg.kind is Kind.CONST:
                 read_value[name] = Const(reg.reset, reg.width)
             elif reg.kind is Kind.RW:
-                value = getattr(self, port)
+                value = bits(port)
                 # Bits outside the writable mask are never assigned: they keep the reset
                 # value (the port's init) and synthesis reduces them to constants.
                 mask = Const(reg.write_mask, reg.width)
@@ -200,12 +206,12 @@ class CsrBank(wiring.Component):
                                          (w_bits[:reg.width] & mask))
                 read_value[name] = value
             elif reg.kind is Kind.RO:
-                read_value[name] = getattr(self, port)
+                read_value[name] = bits(port)
             elif reg.kind is Kind.CAPTURE:
                 value = Signal(reg.width, init=reg.reset, name=f"{port}_q")
                 armed = Const(1) if reg.armed_by is None else ~w1c_next[reg.armed_by].any()
-                with m.If(getattr(self, f"{port}_capture") & armed):
-                    m.d.sync += value.eq(getattr(self, f"{port}_value"))
+                with m.If(bits(f"{port}_capture") & armed):
+                    m.d.sync += value.eq(bits(f"{port}_value"))
                 read_value[name] = value
             elif reg.kind is Kind.COUNTER64:
                 count = self._counts[name] = Signal(64, name=f"{port}_count")
@@ -213,7 +219,7 @@ class CsrBank(wiring.Component):
                 lo, hi = reg.words
                 with m.If(pulse_bit0[reg.clear_by]):
                     m.d.sync += count.eq(0)
-                with m.Elif(getattr(self, f"{port}_inc")):
+                with m.Elif(bits(f"{port}_inc")):
                     m.d.sync += count.eq(count + 1)
                 # A _LO read takes its snapshot even when a clear hits the same cycle, so
                 # the _HI read that follows matches the _LO value software got.

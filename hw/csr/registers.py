@@ -9,7 +9,10 @@ so no offset is typed twice.
 Register kinds (:class:`Kind`, described in :data:`KIND_DOCS`): CONST, RW, RO, W1C,
 CAPTURE, PULSE and COUNTER64. Each creates the bank ports listed by
 :attr:`Register.ports`, named after the lower-case register name (``hdm_base_lo``,
-``err_status_set``, ``perf_cycles_inc``, ...).
+``err_status_set``, ``perf_cycles_inc``, ...). A register's :class:`Field` s give its
+value ports a layout (:attr:`Register.layout`), so hardware connects fields by name,
+and test benches split a read value by name (:meth:`Register.field_values`,
+``tb.csr.Csr.read_fields``) and build one (:meth:`Register.pack`).
 
 Bits at or above a register's ``width`` are reserved: they read 0 and ignore writes.
 
@@ -24,6 +27,9 @@ import enum
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+
+from amaranth.hdl import unsigned
+from amaranth.lib import data
 
 from ..config import HDM_GRANULE, HOST_ADDR_BITS, DeviceConfig
 
@@ -146,6 +152,22 @@ class Port:
     width: int
     #: Reset value of an output port.
     init: int = 0
+    #: The register's field layout (``Register.layout``) for a value port of a register
+    #: with fields; ``None``: a plain ``width``-bit port.
+    layout: data.FlexibleLayout | None = None
+
+    @property
+    def shape(self):
+        """The port's shape: the field layout, or ``width`` bits."""
+        return self.width if self.layout is None else self.layout
+
+    @property
+    def init_value(self):
+        """``init`` as the port's member takes it (a field mapping for a layout)."""
+        if self.layout is None:
+            return self.init
+        return {name: self.init >> f.offset & ((1 << f.width) - 1)
+                for name, f in self.layout}
 
 
 @dataclass(frozen=True)
@@ -260,6 +282,9 @@ class Register:
             if used & f.mask:
                 raise ValueError(f"register {name}: field {f.name} {f.bits} overlaps another field")
             used |= f.mask
+        if self.fields and self.reset & ~used:
+            raise ValueError(f"register {name}: reset {self.reset:#x} sets bits outside its "
+                             "fields")
 
     # --- derived views ---------------------------------------------------------------
 
@@ -294,15 +319,42 @@ class Register:
         return (Word(self.name, self.offset, self, 0),)
 
     @property
+    def layout(self) -> data.FlexibleLayout | None:
+        """The register's bits as a layout of its fields (lower-case names, reserved
+        bits unnamed), or ``None`` for a register without fields. The bank's value
+        ports of a register with fields have this shape, so hardware reads and drives
+        them by field name (``regs.eng_status.in_flight``)."""
+        if not self.fields:
+            return None
+        return data.FlexibleLayout(self.width, {
+            f.name.lower(): data.Field(unsigned(f.width), f.lsb) for f in self.fields})
+
+    def field_values(self, value: int) -> dict[str, int]:
+        """``value`` split into its fields, by lower-case field name."""
+        return {f.name.lower(): value >> f.lsb & ((1 << f.width) - 1) for f in self.fields}
+
+    def pack(self, **values: int) -> int:
+        """The register value with the named fields (lower-case names) set, the rest 0;
+        ``ValueError`` for an unknown field or a value that does not fit."""
+        word = 0
+        for name, value in values.items():
+            f = self.field(name)
+            if not isinstance(value, int) or not 0 <= value < (1 << f.width):
+                raise ValueError(f"register {self.name}: {value!r} does not fit field "
+                                 f"{f.name} ({f.width} bits)")
+            word |= value << f.lsb
+        return word
+
+    @property
     def ports(self) -> tuple[Port, ...]:
-        p, w = self.port_name, self.width
+        p, w, lay = self.port_name, self.width, self.layout
         return {
             Kind.CONST: (),
-            Kind.RW: (Port(p, "out", w, self.reset),),
-            Kind.RO: (Port(p, "in", w),),
-            Kind.W1C: (Port(f"{p}_set", "in", w), Port(p, "out", w, self.reset)),
-            Kind.CAPTURE: (Port(f"{p}_value", "in", w), Port(f"{p}_capture", "in", 1)),
-            Kind.PULSE: (Port(p, "out", w),),
+            Kind.RW: (Port(p, "out", w, self.reset, lay),),
+            Kind.RO: (Port(p, "in", w, 0, lay),),
+            Kind.W1C: (Port(f"{p}_set", "in", w, 0, lay), Port(p, "out", w, self.reset, lay)),
+            Kind.CAPTURE: (Port(f"{p}_value", "in", w, 0, lay), Port(f"{p}_capture", "in", 1)),
+            Kind.PULSE: (Port(p, "out", w, 0, lay),),
             Kind.COUNTER64: (Port(f"{p}_inc", "in", 1),),
         }[self.kind]
 
