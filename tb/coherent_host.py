@@ -5,7 +5,7 @@ a write-back MESI cache of device lines, and a coherence checker (``docs/coheren
   streams, a :class:`~tb.stream.StreamChecker` on each, random idle / backpressure
   (seeded), like :class:`~tb.cxl_mem.CxlMemBfm` for CXL.mem.
 * :class:`GpuHome` -- drives :class:`~tb.cache_home.CacheHome` once per cycle for the
-  lines **outside** the HDM range (GPU memory): RdCurr gets H2D Data and GO, ItoMWr
+  lines **outside** the HDM range (GPU memory): RdCurr gets H2D Data and no GO, ItoMWr
   gets GO_WritePull and its D2H Data; :attr:`GpuHome.gpu_memory` is what the GPU sees.
 * :class:`HostCache` -- the GPU's write-back MESI cache of **device** lines. Loads and
   stores hit, or miss with a CXL.mem MemRd (Meta0-State, MetaValue Shared for a load,
