@@ -100,8 +100,9 @@ class Txn:
         Cycle of :meth:`HostAgent` issue, of the M2S handshake, of the last response.
     dev_line:
         PMEM line index when the address decoded in range at the handshake.
-    exp_ndr, exp_drs, exp_data:
-        Expected NDR / DRS opcode (None: none may come) and DRS data.
+    exp_ndr, exp_drs, exp_data, exp_poison:
+        Expected NDR / DRS opcode (None: none may come), DRS data and Poison (besides
+        ``pmem_error``).
     exp_meta:
         MetaValue the responses must carry (:meth:`HostAgent.meta_returned`); None
         while unknown (the first response sets it).
@@ -132,6 +133,7 @@ class Txn:
     exp_drs: int | None = None
     exp_data: bytes | None = None
     exp_meta: int | None = None
+    exp_poison: bool = False
     writes_memory: bool = False
     err_bits: int = 0
     seq: int = -1
@@ -515,8 +517,10 @@ class HostAgent:
         mv = txn.fields["meta_value"]
         if op in (M2SReqOpcode.MemRd.value, M2SReqOpcode.MemRdData.value):
             if dev_line is None:
-                txn.exp_drs, txn.exp_data = DRSOpcode.MemDataNXM.value, bytes(LINE_BYTES)
-                txn.exp_ndr = NDROpcode.Cmp.value
+                # MemData-NXM is the single response, in place of DRS + NDR: all-ones
+                # data, Poison set (CXL 3.x Table 3-53; the device reports poison).
+                txn.exp_drs, txn.exp_data = DRSOpcode.MemDataNXM.value, b"\xff" * LINE_BYTES
+                txn.exp_poison = True
                 txn.err_bits = 1 << ErrBit.HDM_RANGE
             else:
                 txn.exp_drs, txn.exp_data = DRSOpcode.MemData.value, self.golden.read(dev_line)
@@ -654,9 +658,10 @@ class HostAgent:
         if f["opcode"] != txn.exp_drs:
             self.fail(f"cycle {cycle}: DRS opcode {f['opcode']:03b} for {txn.describe()}, "
                       f"expected {txn.exp_drs:03b}")
-        if f["poison"] != txn.pmem_error:
+        poison = txn.pmem_error or txn.exp_poison
+        if f["poison"] != poison:
             self.fail(f"cycle {cycle}: DRS for {txn.describe()} has Poison={f['poison']}, "
-                      f"expected {int(txn.pmem_error)}")
+                      f"expected {int(poison)}")
         self._check_echo("DRS", txn, f, cycle)
         got = int_to_line(f["data"])
         if not txn.pmem_error and got != txn.exp_data:

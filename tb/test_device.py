@@ -335,8 +335,9 @@ async def _works_after(tb: DeviceTB) -> None:
 
 @cocotb.test()
 async def test_bad_out_of_range_read(dut):
-    """MemRd / MemRdData outside the HDM window: DRS MemData-NXM with zero data plus
-    NDR Cmp, no PMEM access, ERR_STATUS.HDM_RANGE with the line and opcode latched."""
+    """MemRd / MemRdData outside the HDM window: a single DRS MemData-NXM in place of
+    DRS + NDR, all-ones data and Poison set (CXL 3.x Table 3-53), no PMEM access,
+    ERR_STATUS.HDM_RANGE with the line and opcode latched."""
     tb = await _started(dut, "bad_range_rd")
     a = tb.agent
     await _prefill(tb)
@@ -344,8 +345,9 @@ async def test_bad_out_of_range_read(dut):
         for op in (M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData):
             t = a.read(line, opcode=op, meta_value=MetaValue.Shared)
             await _bad(tb, [t])
-            assert t.drs["opcode"] == DRSOpcode.MemDataNXM.value and t.drs["data"] == 0
-            assert t.ndr["opcode"] == NDROpcode.Cmp.value
+            assert t.drs["opcode"] == DRSOpcode.MemDataNXM.value
+            assert t.drs["data"] == (1 << 512) - 1 and t.drs["poison"] == 1
+            assert t.ndr is None
     # Several errors before software looks: the first one is latched.
     lines = _outside_lines(tb)
     await _bad(tb, [a.read(line) for line in lines])

@@ -142,8 +142,9 @@ def expected(ch: str, f: dict, *, cfg: DeviceConfig, base: int, size: int,
                 e.ndr = dict(echo, opcode=ndr_op)
                 e.errors = bad << MemError.PMEM_RESP
             else:
-                e.drs = dict(echo, opcode=DRSOpcode.MemDataNXM.value, poison=0, data=0)
-                e.ndr = dict(echo, opcode=NDROpcode.Cmp.value)
+                # MemData-NXM alone, in place of DRS + NDR (CXL 3.x Table 3-53).
+                e.drs = dict(echo, opcode=DRSOpcode.MemDataNXM.value, poison=1,
+                             data=(1 << 512) - 1)
                 e.errors = 1 << MemError.HDM_RANGE
         elif op in (Rq.MemInv.value, Rq.MemInvNT.value, Rq.MemClnEvct.value):
             ndr_op = NDROpcode.Cmp.value if op == Rq.MemClnEvct.value else ndr_for_meta(
@@ -629,8 +630,9 @@ def test_meta_state_stored_and_returned():
     order = {id(item.fields): item.t_accept for item in tb.log.accepted}
     assert sorted(fields, key=lambda f: order[id(f)]) == fields, "accepted out of list order"
     for (_, op, line, _, _, want), f in zip(steps, fields, strict=True):
-        if want is not None:
-            got = _ndr(tb, f["tag"])[1]["meta_value"]
+        if want is not None:    # from the NDR, or the DRS of a MemData-NXM (no NDR)
+            rsp = [r for _, r in tb.log.ndr if r["tag"] == f["tag"]] or [_drs(tb, f["tag"])[1]]
+            got = rsp[0]["meta_value"]
             assert got == want, f"{op.name} of line {line}: MetaValue {got}, want {want}"
     assert _drs(tb, fields[-1]["tag"])[1]["meta_value"] == any_
 
@@ -740,10 +742,11 @@ def test_out_of_range_requests():
     tb.check()
     assert not tb.log.ar and not tb.log.aw
     for r in (rd, rdd):
+        # MemData-NXM is the single response: all-ones data, Poison set, no NDR.
         _, drs = _drs(tb, r["tag"])
-        assert drs["opcode"] == DRSOpcode.MemDataNXM.value and drs["data"] == 0
-        assert drs["poison"] == 0
-        assert _ndr(tb, r["tag"])[1]["opcode"] == NDROpcode.Cmp.value
+        assert drs["opcode"] == DRSOpcode.MemDataNXM.value and drs["data"] == (1 << 512) - 1
+        assert drs["poison"] == 1
+        assert not [f for _, f in tb.log.ndr if f["tag"] == r["tag"]]
     assert _ndr(tb, wr["tag"])[1]["opcode"] == NDROpcode.Cmp.value
     assert _ndr(tb, inv["tag"])[1]["opcode"] == NDROpcode.CmpE.value
     infos = [info for _, info in _error(tb, MemError.HDM_RANGE)]

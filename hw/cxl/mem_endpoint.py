@@ -79,7 +79,7 @@ _ECHOED = ("tag", "ld_id", "meta_field", "meta_value")
 
 _ImmEntry = data.StructLayout({
     "ndr_opcode": 3,    # NDROpcode
-    "nxm": 1,           # also send DRS MemData-NXM (out-of-range read)
+    "nxm": 1,           # DRS MemData-NXM instead of the NDR (out-of-range read)
     "tag": 16,
     "ld_id": 4,
     "meta_field": 2,
@@ -147,8 +147,9 @@ class MemEndpoint(wiring.Component):
     (``docs/mem-endpoint.md``, "Meta state").
 
     Bad input gets a defined response, sets one bit of ``o_err_set`` per error kind and
-    never touches memory: out-of-HDM reads answer DRS MemData-NXM (zero data, no
-    poison) plus NDR Cmp; out-of-HDM writes, reserved opcodes, poisoned writes and
+    never touches memory: an out-of-HDM read answers a single DRS MemData-NXM in
+    place of DRS and NDR, with all-ones data and Poison set (CXL 3.x Table 3-53; the
+    device always reports poison); out-of-HDM writes, reserved opcodes, poisoned writes and
     MemWrPtl without byte enables answer NDR Cmp; MemRdFwd / MemWrFwd get no answer
     (no CXL.cache request of this device can be outstanding; ``docs/dcoh.md``,
     ``docs/cxl-encodings.md``, "Flows"). One request may set several bits (a poisoned out-of-range
@@ -489,11 +490,13 @@ class MemEndpoint(wiring.Component):
         s1_imm = Signal(_ImmEntry)
         ndr_free = ~ndr.valid | ndr.ready
         drs_free = ~drs.valid | drs.ready
-        s1_needs_drs = s1_is_r | (s1_is_imm & s1_imm.nxm)
+        s1_nxm = s1_is_imm & s1_imm.nxm
+        s1_needs_drs = s1_is_r | s1_nxm
+        s1_needs_ndr = ~s1_nxm     # MemData-NXM is the only response of its read
         s1_advance = Signal()
         s0_take = Signal()
         m.d.comb += [
-            s1_advance.eq(s1_valid & ndr_free & (~s1_needs_drs | drs_free)),
+            s1_advance.eq(s1_valid & (~s1_needs_ndr | ndr_free) & (~s1_needs_drs | drs_free)),
             s0_take.eq(~s1_valid | s1_advance),
         ]
 
@@ -540,7 +543,7 @@ class MemEndpoint(wiring.Component):
         s1_bad_resp = ~eq_const(s1_resp, AxiResp.OKAY)
         dev_load = Signal(2)
         s1_echoed = {name: Mux(s1_is_imm, s1_imm[name], slot[name]) for name in _ECHOED}
-        with m.If(s1_advance):
+        with m.If(s1_advance & s1_needs_ndr):
             m.d.sync += [
                 ndr.valid.eq(1),
                 ndr.p.opcode.eq(Mux(s1_is_imm, s1_imm.ndr_opcode, slot.ndr_opcode)),
@@ -555,10 +558,12 @@ class MemEndpoint(wiring.Component):
                 drs.p.opcode.eq(Mux(s1_is_imm, DRSOpcode.MemDataNXM.value,
                                     DRSOpcode.MemData.value)),
                 *(drs.p[name].eq(value) for name, value in s1_echoed.items()),
-                drs.p.poison.eq(s1_is_r & s1_bad_resp),
+                # MemData-NXM: all-ones data, Poison set (this device always reports
+                # poison; CXL 3.x Table 3-53).
+                drs.p.poison.eq((s1_is_r & s1_bad_resp) | s1_is_imm),
                 drs.p.dev_load.eq(dev_load),
                 drs.p.rsvd.eq(0),
-                drs.p.data.eq(Mux(s1_is_imm, 0, s1_data)),
+                drs.p.data.eq(Mux(s1_is_imm, Const(-1, LINE_BITS).as_unsigned(), s1_data)),
             ]
         with m.Elif(drs.ready):
             m.d.sync += drs.valid.eq(0)
