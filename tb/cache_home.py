@@ -4,10 +4,10 @@ simulator import, so Amaranth-simulator and cocotb benches can both drive it).
 :class:`CacheHome` answers the device's D2H requests the way ``docs/cxl-cache.md``
 describes (CXL 2.0 §3.2; ``docs/cxl-encodings.md``):
 
-* **RdCurr**: H2D Data with the line, plus a GO (state I) on H2D Rsp when
-  ``HomeTiming.read_go``; data and GO are scheduled independently, so either may come
-  first. The line is sampled when the request is accepted: that is the read's place in
-  the home's order.
+* **RdCurr**: H2D Data with the line and no GO (CXL 1.1 §3.2.4.1.6, CXL 3.x
+  §3.2.4.2.6); a failed read is H2D Data with GO-Err set and all-ones data. The line
+  is sampled when the request is accepted: that is the read's place in the home's
+  order.
 * **ItoMWr**: GO_WritePull, or (with probability ``split_writes``) WritePull followed by
   a GO once the data has arrived. RspData of a pull carries a UQID from the home's pool;
   the device's D2H Data must name it. The line is written when the data arrives, which
@@ -17,7 +17,7 @@ describes (CXL 2.0 §3.2; ``docs/cxl-encodings.md``):
 
 Each message gets a due cycle (latency plus ``0 .. jitter``); per channel the oldest due
 message goes first, or a random due one with ``reorder``. Faults (poisoned data, GO-Err,
-GO with state Error, duplicates, pulls of the wrong kind, ...) are chosen per request by
+GO with state Error, stray GOs, pulls of the wrong kind, ...) are chosen per request by
 a ``faults`` callable; :data:`READ_FAULTS` and :data:`WRITE_FAULTS` list them. Any
 protocol violation by the device raises :class:`HomeProtocolError` at once.
 
@@ -68,15 +68,12 @@ UQIDS = 1 << 12
 #: H2D channels, as :meth:`CacheHome.offer` names them.
 CHANNELS = ("req", "rsp", "data")
 
-#: Read faults: ``poison`` / ``go_err``: H2D Data with Poison / GO-Err set; ``go_error`` /
-#: ``go_modified``: the GO grants Error / M (``read_go`` only); and at most one of the
-#: structural ones, whose extra message the home orders before the read can complete:
-#: ``dup_data``: the data, a second H2D Data with every bit inverted, then the GO
-#: (``read_go`` only); ``dup_go``: an extra GO
-#: (with ``read_go`` a second GO, without it a stray one), then the data;
-#: ``write_pull``: a WritePull naming the read, then data and GO.
-READ_FAULTS = ("poison", "go_err", "go_error", "go_modified", "dup_data", "dup_go",
-               "write_pull")
+#: Read faults: ``poison``: H2D Data with Poison set; ``go_err``: H2D Data with GO-Err
+#: set and all-ones data (how a host reports a failed RdCurr); and at most one of the
+#: structural ones, whose extra message the home orders before the data (the data
+#: completes a RdCurr): ``dup_go``: a stray GO naming the read; ``write_pull``: a
+#: WritePull naming the read.
+READ_FAULTS = ("poison", "go_err", "dup_go", "write_pull")
 
 #: Write faults, at most one per write: ``go_err_writepull``: GO_ERR_WritePull (the data
 #: is pulled and dropped); ``drop``: GO_WritePull_Drop (no data); ``go_error``:
@@ -86,11 +83,10 @@ READ_FAULTS = ("poison", "go_err", "go_error", "go_modified", "dup_data", "dup_g
 WRITE_FAULTS = ("go_err_writepull", "drop", "go_error", "dup_pull", "ext_cmp")
 
 #: Faults after which the device must report the request with its error flag.
-ERROR_FAULTS = frozenset({"poison", "go_err", "go_error", "go_modified", "go_err_writepull",
-                          "drop"})
+ERROR_FAULTS = frozenset({"poison", "go_err", "go_error", "go_err_writepull", "drop"})
 
 _LINE_MASK = (1 << 512) - 1
-_READ_STRUCTURAL = ("dup_data", "dup_go", "write_pull")
+_READ_STRUCTURAL = ("dup_go", "write_pull")
 
 
 class HomeProtocolError(Exception):
@@ -118,7 +114,7 @@ class HomeTiming:
     Parameters
     ----------
     read_latency:
-        RdCurr accepted to its H2D Data (and GO) due.
+        RdCurr accepted to its H2D Data due.
     write_latency:
         ItoMWr accepted to its pull due.
     go_after_data:
@@ -129,8 +125,6 @@ class HomeTiming:
         Among due messages of a channel, pick a random one (else the oldest due).
     split_writes:
         Probability of WritePull + GO instead of GO_WritePull.
-    read_go:
-        Send a GO for each RdCurr (the agent's ``ReadGo.REQUIRED``).
     """
 
     read_latency: int = 100
@@ -139,7 +133,6 @@ class HomeTiming:
     jitter: int = 0
     reorder: bool = False
     split_writes: float = 0.0
-    read_go: bool = True
 
     def __post_init__(self) -> None:
         for name in ("read_latency", "write_latency", "go_after_data", "jitter"):
@@ -324,8 +317,6 @@ class CacheHome:
 
     def _check_faults(self, txn: Txn, allowed: tuple[str, ...]) -> None:
         bad = txn.faults - set(allowed)
-        if txn.kind == "read" and not self.timing.read_go:
-            bad |= txn.faults & {"go_error", "go_modified", "dup_data"}
         if bad:
             raise ValueError(f"faults {sorted(bad)} do not apply to a {txn.kind} here")
         kinds = set(_READ_STRUCTURAL if txn.kind == "read" else WRITE_FAULTS)
@@ -334,47 +325,26 @@ class CacheHome:
                              f"{sorted(txn.faults)}")
 
     def _read(self, txn: Txn, t: int) -> None:
-        """Data (and GO). A structural fault's extra message is ordered so that the
-        device takes it while the read is still in flight: before the message that
-        completes the read."""
-        timing, faults = self.timing, txn.faults
-        txn.value = self.read_line(txn.line)
+        """The data, and no GO. A structural fault's extra message is ordered before the
+        data, so that the device takes it while the read is still in flight."""
+        faults = txn.faults
+        failed = "go_err" in faults
+        line = self.read_line(txn.line)
+        txn.value = _LINE_MASK if failed else line      # the line sent
         data = {"cqid": txn.cqid, "data": txn.value, "poison": int("poison" in faults),
-                "go_err": int("go_err" in faults)}
-        state = (GoState.Error if "go_error" in faults else
-                 GoState.M if "go_modified" in faults else GoState.I)
-        go = {"opcode": H2DRspOpcode.GO.value, "cqid": txn.cqid, "rsp_data": state.value}
-        stray_go = dict(go, rsp_data=GoState.I.value)
-        t_data = t + self._delay(timing.read_latency)
-        t_go = t + self._delay(timing.read_latency) if timing.read_go else t_data
-        first = min(t_data, t_go)
-
-        def send(channel, fields, due, role, after=None):
-            return self._send(channel, fields, due, txn=txn, role=role, after=after)
-
+                "go_err": int(failed)}
+        t_data = t + self._delay(self.timing.read_latency)
+        extra = None
         if "write_pull" in faults:
-            pull = send("rsp", {"opcode": H2DRspOpcode.WritePull.value, "cqid": txn.cqid,
-                                "rsp_data": self.rng.randrange(UQIDS)}, first, "extra")
-            send("data", data, t_data, "data", pull)
-            if timing.read_go:
-                send("rsp", go, t_go, "go", pull)
+            extra = {"opcode": H2DRspOpcode.WritePull.value, "cqid": txn.cqid,
+                     "rsp_data": self.rng.randrange(UQIDS)}
         elif "dup_go" in faults:
-            # The first GO is the one the device takes; the data follows the second.
-            if timing.read_go:
-                g1 = send("rsp", go, first, "go")
-                g2 = send("rsp", stray_go, first, "extra", g1)
-            else:
-                g2 = send("rsp", stray_go, first, "extra")
-            send("data", data, t_data, "data", g2)
-        elif "dup_data" in faults:
-            d1 = send("data", data, t_data, "data")
-            # Other bits, so a device that lets the duplicate overwrite the line shows.
-            d2 = send("data", dict(data, data=txn.value ^ _LINE_MASK), t_data, "extra", d1)
-            send("rsp", go, t_go, "go", d2)
-        else:
-            send("data", data, t_data, "data")
-            if timing.read_go:
-                send("rsp", go, t_go, "go")
+            extra = {"opcode": H2DRspOpcode.GO.value, "cqid": txn.cqid,
+                     "rsp_data": GoState.I.value}
+        before = None
+        if extra is not None:
+            before = self._send("rsp", extra, t_data, txn=txn, role="extra")
+        self._send("data", data, t_data, txn=txn, role="data", after=before)
 
     def _write(self, txn: Txn, t: int, timing: HomeTiming) -> None:
         faults = txn.faults

@@ -85,7 +85,8 @@ class CohBench:
         host_latency = params.get("host_latency", rng.choice((4, 30)))
         self.cache = HostCache(self.agent, self.checker, tb.loop,
                                rng=random.Random(rng.getrandbits(64)), capacity=capacity,
-                               latency=host_latency, jitter=6 if noise else 0, log=tb.log)
+                               latency=host_latency, jitter=6 if noise else 0,
+                               claim_full=0.25, log=tb.log)
         self.agent_cqids = cfg.cache_cqids + cfg.cache_write_cqids
         self._flip_lock = Lock()
         tb.log.info("GPU home latency %d, host forward latency %d, page %d bytes",

@@ -5,7 +5,7 @@ a write-back MESI cache of device lines, and a coherence checker (``docs/coheren
   streams, a :class:`~tb.stream.StreamChecker` on each, random idle / backpressure
   (seeded), like :class:`~tb.cxl_mem.CxlMemBfm` for CXL.mem.
 * :class:`GpuHome` -- drives :class:`~tb.cache_home.CacheHome` once per cycle for the
-  lines **outside** the HDM range (GPU memory): RdCurr gets H2D Data and GO, ItoMWr
+  lines **outside** the HDM range (GPU memory): RdCurr gets H2D Data and no GO, ItoMWr
   gets GO_WritePull and its D2H Data; :attr:`GpuHome.gpu_memory` is what the GPU sees.
 * :class:`HostCache` -- the GPU's write-back MESI cache of **device** lines. Loads and
   stores hit, or miss with a CXL.mem MemRd (Meta0-State, MetaValue Shared for a load,
@@ -366,8 +366,8 @@ class CoherenceChecker:
         self.checks += 1
 
     def host_granted(self, line: int, state: str, want: str, t: int) -> None:
-        """A host MemRd completed, granting ``state`` ("S"/"E"); ``want`` the MetaValue
-        asked ("S" load, "E" store)."""
+        """A host MemRd (or a MemInv claim) completed, granting ``state`` ("S"/"E");
+        ``want`` the MetaValue asked ("S" load, "E" store)."""
         if state not in (("S", "E") if want == "S" else ("E",)):
             self._fail(f"cycle {t}: MemRd of line {line:#x} asking {want} granted {state}")
         self.perm.pop(line, None)
@@ -444,7 +444,11 @@ class HostCache:
     the line's lock, so operations on a line (the host's own and the DCOH's requests)
     happen one at a time in arrival order. A miss sends MemRd (Meta0-State, MetaValue
     Shared for a load, Any for a store) and installs the line in the state the NDR
-    grants (Cmp-S -> S, Cmp-E -> E); a store makes the line M. Beyond ``capacity``
+    grants (Cmp-S -> S, Cmp-E -> E); a store makes the line M. A whole-line store that
+    misses may instead claim the line without its data (probability ``claim_full``):
+    MemInv or MemInvNT with Meta0-State Any, completed by Cmp-E; like a read, the claim
+    of a line of a device-bias page flips that page back to host bias first (the M2S
+    router's host check). Beyond ``capacity``
     lines a random unlocked victim is evicted (dirty: MemWr with MetaValue Invalid;
     clean: dropped silently, which CXL allows).
 
@@ -464,7 +468,8 @@ class HostCache:
 
     def __init__(self, agent: CoherentHostAgent, checker: CoherenceChecker, loop, *,
                  rng: random.Random, capacity: int = 512, latency: int = 10,
-                 jitter: int = 0, log: logging.Logger | None = None):
+                 jitter: int = 0, claim_full: float = 0.0,
+                 log: logging.Logger | None = None):
         self.agent = agent
         self.checker = checker
         self.loop = loop
@@ -472,12 +477,13 @@ class HostCache:
         self.capacity = capacity
         self.latency = latency
         self.jitter = jitter
+        self.claim_full = claim_full
         self.log = log or logging.getLogger("cocotb.host_cache")
         self.lines: dict[int, list] = {}
         self.locks = LineLocks()
         self.faults: Callable[[dict], list[tuple[int, int]]] | None = None
-        self.stats = dict.fromkeys(("hits", "misses", "writebacks", "evictions", "fwd_read",
-                                    "fwd_write", "fwd_claim"), 0)
+        self.stats = dict.fromkeys(("hits", "misses", "claims", "writebacks", "evictions",
+                                    "fwd_read", "fwd_write", "fwd_claim"), 0)
         self.open_fwds = 0
         self._tasks = 0
         self._epoch = 0     # device resets so far: a forward is for its own epoch only
@@ -508,7 +514,10 @@ class HostCache:
             if entry is None or entry[0] == "S":
                 if self.lines.pop(line, None) is not None:
                     self.checker.host_state(self.dev(line), "I")    # dropped for the fill
-                await self._fill(line, "E")
+                if byte_enable is None and self.rng.random() < self.claim_full:
+                    await self.claim(line, nt=self.rng.random() < 0.5)
+                else:
+                    await self._fill(line, "E")
                 entry = self.lines[line]
             else:
                 self.stats["hits"] += 1
@@ -537,6 +546,22 @@ class HostCache:
         self.lines[line] = [state, txn.read_data]
         self._make_room(line)
         return txn.read_data
+
+    async def claim(self, line: int, *, nt: bool = False) -> None:
+        """Take ownership of host line ``line`` without its data (the caller overwrites
+        it whole and holds the line's lock): MemInv (MemInvNT with ``nt``) with
+        Meta0-State Any, which the device completes with Cmp-E only after any
+        device-bias page of the line is back in host bias."""
+        self.stats["claims"] += 1
+        await self._link_up()
+        txn = self.agent.inv(line, meta_value=MetaValue.Any, meta_field=MetaField.Meta0State,
+                             nt=nt)
+        await txn
+        if txn.abandoned:
+            raise LostToReset(f"MemInv of line {line:#x} lost to a reset")
+        self.checker.host_granted(self.dev(line), "E", "E", self.loop.cycle)
+        self.lines[line] = ["E", bytes(LINE_BYTES)]     # no data: the store overwrites it
+        self._make_room(line)
 
     def _make_room(self, keep: int) -> None:
         while len(self.lines) > self.capacity:

@@ -77,8 +77,11 @@ class ErrBit:
         return sum(1 << b for b in bits)
 
 
-def grant_for(meta_value: int) -> int:
-    """NDR opcode granting the cache state MetaValue asks for (reserved 01 -> Cmp)."""
+def grant_for(meta_value: int, meta_field: int = MetaField.Meta0State.value) -> int:
+    """NDR opcode granting the cache state MetaValue asks for (reserved 01 -> Cmp). With
+    MetaField No-Op (or a reserved MetaField) MetaValue is reserved and ignored: Cmp."""
+    if meta_field != MetaField.Meta0State.value:
+        return NDROpcode.Cmp.value
     return _GRANT.get(meta_value, NDROpcode.Cmp.value)
 
 
@@ -100,8 +103,9 @@ class Txn:
         Cycle of :meth:`HostAgent` issue, of the M2S handshake, of the last response.
     dev_line:
         PMEM line index when the address decoded in range at the handshake.
-    exp_ndr, exp_drs, exp_data:
-        Expected NDR / DRS opcode (None: none may come) and DRS data.
+    exp_ndr, exp_drs, exp_data, exp_poison:
+        Expected NDR / DRS opcode (None: none may come), DRS data and Poison (besides
+        ``pmem_error``).
     exp_meta:
         MetaValue the responses must carry (:meth:`HostAgent.meta_returned`); None
         while unknown (the first response sets it).
@@ -132,6 +136,7 @@ class Txn:
     exp_drs: int | None = None
     exp_data: bytes | None = None
     exp_meta: int | None = None
+    exp_poison: bool = False
     writes_memory: bool = False
     err_bits: int = 0
     seq: int = -1
@@ -512,18 +517,20 @@ class HostAgent:
     def _expect_req(self, txn: Txn) -> None:
         op = txn.opcode
         dev_line = txn.dev_line = self.decode(txn.line)
-        mv = txn.fields["meta_value"]
+        mv, mf = txn.fields["meta_value"], txn.fields["meta_field"]
         if op in (M2SReqOpcode.MemRd.value, M2SReqOpcode.MemRdData.value):
             if dev_line is None:
-                txn.exp_drs, txn.exp_data = DRSOpcode.MemDataNXM.value, bytes(LINE_BYTES)
-                txn.exp_ndr = NDROpcode.Cmp.value
+                # MemData-NXM is the single response, in place of DRS + NDR: all-ones
+                # data, Poison set (CXL 3.x Table 3-53; the device reports poison).
+                txn.exp_drs, txn.exp_data = DRSOpcode.MemDataNXM.value, b"\xff" * LINE_BYTES
+                txn.exp_poison = True
                 txn.err_bits = 1 << ErrBit.HDM_RANGE
             else:
                 txn.exp_drs, txn.exp_data = DRSOpcode.MemData.value, self.golden.read(dev_line)
                 txn.exp_ndr = (NDROpcode.CmpE.value if op == M2SReqOpcode.MemRdData.value
-                               else grant_for(mv))
+                               else grant_for(mv, mf))
         elif op in (M2SReqOpcode.MemInv.value, M2SReqOpcode.MemInvNT.value):
-            txn.exp_ndr = grant_for(mv)
+            txn.exp_ndr = grant_for(mv, mf)
             if dev_line is None:
                 txn.err_bits = 1 << ErrBit.HDM_RANGE
         elif op == M2SReqOpcode.MemClnEvct.value:
@@ -608,9 +615,11 @@ class HostAgent:
     def meta_returned(self, txn: Txn) -> int | None:
         """The MetaValue of the responses to ``txn``, applying its effect on the meta
         state (``docs/mem-endpoint.md``, "Meta state"): with ``meta_state`` an in-range
-        request the device serves (MemRd, MemRdData, MemInv, MemInvNT, MemClnEvct; a
-        write that writes) with MetaField Meta0-State returns the line's state before
-        it and stores its MetaValue. Every other request gets its own MetaValue back.
+        request the device serves (MemRd, MemInv, MemInvNT, MemClnEvct; a write that
+        writes) with MetaField Meta0-State returns the line's state before it and
+        stores its MetaValue; an in-range MemRdData, whatever its MetaField, returns the
+        state before it and moves I to A (S and A stay: it ignores MetaField and
+        MetaValue). Every other request gets its own MetaValue back.
 
         The state is kept over resets and over the tests of one simulator run, so a
         line's state is unknown (None: any value is taken) until this agent has stored
@@ -619,11 +628,16 @@ class HostAgent:
         sent = txn.fields
         served = txn.writes_memory if txn.channel == "rwd" else (
             txn.dev_line is not None and txn.opcode in _META_REQ)
+        rdd = txn.channel == "req" and txn.opcode == M2SReqOpcode.MemRdData.value
         if not (self.config.meta_state and served
-                and sent["meta_field"] == MetaField.Meta0State.value):
+                and (rdd or sent["meta_field"] == MetaField.Meta0State.value)):
             return sent["meta_value"]
         old = self.meta.get(txn.dev_line)
-        self.meta[txn.dev_line] = sent["meta_value"]
+        if not rdd:
+            self.meta[txn.dev_line] = sent["meta_value"]
+        elif old is not None:       # (an unknown state stays unknown)
+            self.meta[txn.dev_line] = (MetaValue.Any.value if old == MetaValue.Invalid.value
+                                       else old)
         return old
 
     def _on_ndr(self, f: dict, cycle: int) -> None:
@@ -654,9 +668,10 @@ class HostAgent:
         if f["opcode"] != txn.exp_drs:
             self.fail(f"cycle {cycle}: DRS opcode {f['opcode']:03b} for {txn.describe()}, "
                       f"expected {txn.exp_drs:03b}")
-        if f["poison"] != txn.pmem_error:
+        poison = txn.pmem_error or txn.exp_poison
+        if f["poison"] != poison:
             self.fail(f"cycle {cycle}: DRS for {txn.describe()} has Poison={f['poison']}, "
-                      f"expected {int(txn.pmem_error)}")
+                      f"expected {int(poison)}")
         self._check_echo("DRS", txn, f, cycle)
         got = int_to_line(f["data"])
         if not txn.pmem_error and got != txn.exp_data:

@@ -238,6 +238,41 @@ async def test_flips_under_traffic(dut, noise):
 
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
+async def test_host_claim_flips_page_back(dut, noise):
+    """A host MemInv / MemInvNT with Meta0-State Any (a claim of ownership without data)
+    of a line of a device-bias page takes the same host check as a read: the page flips
+    back to host bias (COH_HOST_FLIPS counts it) before the Cmp-E, so the host never
+    owns a line of a device-bias page. GPU traffic (whole-line stores claim at random)
+    follows; every line ends as the host wrote it."""
+    bench = CohBench(dut, "host_claim", noise=noise)
+    await bench.start()
+    tb, csr = bench.tb, bench.tb.csr
+    cfg = bench.cfg
+    pages = min(cfg.hdm_size, cfg.pmem_size) // cfg.page_bytes
+    for i, nt in enumerate((False, True)):
+        page = pages - 2 - i
+        await bench.flip(page, 1)
+        before = await csr.read64("COH_HOST_FLIPS")
+        line = bench.host_lines(page, 1)[tb.rng.randrange(bench.lpp)]
+        await bench.cache.locks.acquire(line)
+        try:
+            await bench.cache.claim(line, nt=nt)
+            data = tb.rng.randbytes(LINE_BYTES)
+            bench.cache.lines[line] = ["M", data]
+            bench.checker.host_store(bench.agent.decode(line), data, tb.loop.cycle)
+        finally:
+            bench.cache.locks.release(line)
+        after = await csr.read64("COH_HOST_FLIPS")
+        assert after == before + 1, (
+            f"{'MemInvNT' if nt else 'MemInv'} Any of a device-bias line: COH_HOST_FLIPS "
+            f"{before} -> {after}, the page was not flipped back to host bias")
+    await bench.gpu_traffic(bench.host_lines(pages - 3, 2), tb.params.get("n_gpu", 150) // 2)
+    await bench.finish()
+    assert bench.cache.stats["claims"] >= 2, bench.cache.stats
+
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
 async def test_reset_in_coherent_traffic(dut, noise):
     """A device reset in the middle of coherent traffic, twice: the GPU loads and stores
     lines of three pages through its cache (MemRd fills, write-backs, host checks in the

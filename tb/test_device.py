@@ -15,7 +15,14 @@ import random
 import cocotb
 
 from hw.csr.registers import ID_VALUE
-from hw.cxl.messages import DRSOpcode, M2SReqOpcode, M2SRwDOpcode, MetaValue, NDROpcode
+from hw.cxl.messages import (
+    DRSOpcode,
+    M2SReqOpcode,
+    M2SRwDOpcode,
+    MetaField,
+    MetaValue,
+    NDROpcode,
+)
 from hw.top import PMEM_REGISTER_RESPONSES
 from sim.golden_memory import FULL_MASK, LINE_BYTES
 from tb.device_tb import DeviceTB
@@ -294,9 +301,10 @@ async def test_reset_mid_traffic(dut, idle, backpressure):
 
 @cocotb.test()
 async def test_opcode_responses(dut):
-    """Every legal M2S opcode with every MetaValue: the NDR/DRS opcodes of the
-    contract table, echoed Tag/LD-ID/MetaField/MetaValue, nothing for MemSpecRd; tags
-    0 and 0xFFFF; BIConflict and MemSpecRd need no HDM address."""
+    """Every legal M2S opcode with every MetaValue, with MetaField Meta0-State and
+    No-Op (MetaValue then ignored: Cmp): the NDR/DRS opcodes of the contract table,
+    echoed Tag/LD-ID/MetaField/MetaValue, nothing for MemSpecRd; tags 0 and 0xFFFF;
+    BIConflict and MemSpecRd need no HDM address."""
     tb = await _started(dut, "opcodes")
     a, rng = tb.agent, tb.rng
     line = a.host_line(rng.randrange(a.window_lines))
@@ -322,6 +330,15 @@ async def test_opcode_responses(dut):
             assert ev.ndr["opcode"] == NDROpcode.Cmp.value
             assert spec.ndr is None and spec.drs is None
             assert bi.ndr["opcode"] == NDROpcode.BIConflictAck.value
+        # MetaField No-Op: MetaValue is reserved and ignored, so nothing is granted
+        # (MemRdData ignores MetaField and grants E anyway).
+        kw = {"meta_value": mv, "meta_field": MetaField.NoOp}
+        noop = [a.send_req(op, line, **kw) for op in (
+            M2SReqOpcode.MemRd, M2SReqOpcode.MemInv, M2SReqOpcode.MemInvNT)]
+        rdd = a.send_req(M2SReqOpcode.MemRdData, line, **kw)
+        await a.wait_all([*noop, rdd])
+        assert [t.ndr["opcode"] for t in noop] == [NDROpcode.Cmp.value] * 3, mv
+        assert rdd.ndr["opcode"] == NDROpcode.CmpE.value
     # Extreme tags; BIConflict and MemSpecRd outside the HDM window are no errors.
     await tb.loop.wait_cycles(100)
     a.release_quarantine()
@@ -374,8 +391,9 @@ async def _works_after(tb: DeviceTB) -> None:
 
 @cocotb.test()
 async def test_bad_out_of_range_read(dut):
-    """MemRd / MemRdData outside the HDM window: DRS MemData-NXM with zero data plus
-    NDR Cmp, no PMEM access, ERR_STATUS.HDM_RANGE with the line and opcode latched."""
+    """MemRd / MemRdData outside the HDM window: a single DRS MemData-NXM in place of
+    DRS + NDR, all-ones data and Poison set (CXL 3.x Table 3-53), no PMEM access,
+    ERR_STATUS.HDM_RANGE with the line and opcode latched."""
     tb = await _started(dut, "bad_range_rd")
     a = tb.agent
     await _prefill(tb)
@@ -383,8 +401,9 @@ async def test_bad_out_of_range_read(dut):
         for op in (M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData):
             t = a.read(line, opcode=op, meta_value=MetaValue.Shared)
             await _bad(tb, [t])
-            assert t.drs["opcode"] == DRSOpcode.MemDataNXM.value and t.drs["data"] == 0
-            assert t.ndr["opcode"] == NDROpcode.Cmp.value
+            assert t.drs["opcode"] == DRSOpcode.MemDataNXM.value
+            assert t.drs["data"] == (1 << 512) - 1 and t.drs["poison"] == 1
+            assert t.ndr is None
     # Several errors before software looks: the first one is latched.
     lines = _outside_lines(tb)
     await _bad(tb, [a.read(line) for line in lines])

@@ -39,6 +39,7 @@ def groups(sim: str, config: str) -> dict[str, list[str]]:
         "lookup": _variants("test_lookup_through_host_cache", sim, config, bias=["host", "device"]),
         "update": _variants("test_update_through_host_cache", sim, config, bias=["host", "device"]),
         "flips": [*_variants("test_flips_under_traffic", sim, config),
+                  *_variants("test_host_claim_flips_page_back", sim, config),
                   *_variants("test_reset_in_coherent_traffic", sim, config)],
         "gpu_memory": [*_variants("test_mlp_snapshot_from_gpu", sim, config),
                        *_variants("test_mlp_snapshot_while_gpu_writes", sim, config),

@@ -25,7 +25,7 @@ import random
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pytest
 from amaranth.hdl import ClockDomain, Module
@@ -39,7 +39,6 @@ from hw.cxl.cache_agent import (
     WR_RSP,
     CacheAgent,
     CacheError,
-    ReadGo,
 )
 from hw.cxl.messages import (
     Codec,
@@ -47,6 +46,7 @@ from hw.cxl.messages import (
     D2HReq,
     D2HReqOpcode,
     D2HRsp,
+    GoState,
     H2DData,
     H2DReq,
     H2DReqOpcode,
@@ -60,6 +60,7 @@ from tb.cache_home import (
     CoherenceChecker,
     HomeTiming,
     Txn,
+    background_line,
 )
 
 from .conftest import assert_lints_clean
@@ -73,7 +74,7 @@ E = CacheError
 
 #: Error kinds each fault raises besides the request's error flag (READ_ERROR /
 #: WRITE_ERROR, counted from ``Txn.expect_error``).
-FAULT_ERRORS = {"dup_data": E.DATA_DUPLICATE, "dup_go": E.RSP_UNEXPECTED,
+FAULT_ERRORS = {"dup_go": E.RSP_UNEXPECTED,
                 "write_pull": E.RSP_UNEXPECTED, "dup_pull": E.RSP_UNEXPECTED,
                 "ext_cmp": E.RSP_UNEXPECTED}
 
@@ -111,11 +112,8 @@ class TB:
                  faults: Callable[[Txn], set[str]] | None = None, **agent: object):
         self.dut = CacheAgent(**agent)
         self.rng = random.Random(seed)
-        read_go = self.dut.read_go is ReadGo.REQUIRED
         timing = timing or HomeTiming(read_latency=20, write_latency=10, jitter=10,
                                       reorder=True, split_writes=0.5)
-        if timing.read_go != read_go:
-            timing = replace(timing, read_go=read_go)
         self.home = CacheHome(timing=timing, rng=random.Random(seed + 1), faults=faults)
         self.checker = CoherenceChecker(self.home)
         self.traffic = traffic
@@ -340,15 +338,12 @@ class TB:
         assert self.errors == want, f"error pulses {dict(self.errors)}, expected {dict(want)}"
 
 
-def random_faults(rng: random.Random, rate: float, *, read_go: bool) -> Callable[[Txn], set]:
+def random_faults(rng: random.Random, rate: float) -> Callable[[Txn], set]:
     """A ``faults`` callable: each request gets one fault with probability ``rate``."""
-    reads = [f for f in READ_FAULTS
-             if read_go or f not in ("go_error", "go_modified", "dup_data")]
-
     def choose(txn: Txn) -> set[str]:
         if rng.random() >= rate:
             return set()
-        return {rng.choice(reads if txn.kind == "read" else WRITE_FAULTS)}
+        return {rng.choice(READ_FAULTS if txn.kind == "read" else WRITE_FAULTS)}
     return choose
 
 
@@ -366,8 +361,6 @@ def random_faults(rng: random.Random, rate: float, *, read_go: bool) -> Callable
      r"write_cqids must be a power of two from 2 to cqids \(64\), not 128"),
     ({"cqids": 64, "write_cqids": 12},
      r"write_cqids must be a power of two from 2 to cqids \(64\), not 12"),
-    ({"read_go": "none"}, "read_go must be a ReadGo, not 'none'"),
-    ({"read_go": True}, "read_go must be a ReadGo, not True"),
 ])
 def test_rejects_bad_parameters(kwargs, message):
     with pytest.raises(ValueError, match=f"^{message}$"):
@@ -375,11 +368,10 @@ def test_rejects_bad_parameters(kwargs, message):
 
 
 def test_parameters_are_read_only_properties():
-    dut = CacheAgent(cqids=32, write_cqids=8, read_go=ReadGo.NONE)
-    assert (dut.cqids, dut.write_cqids, dut.read_go, dut.write_cqid_base) == \
-        (32, 8, ReadGo.NONE, 32)
+    dut = CacheAgent(cqids=32, write_cqids=8)
+    assert (dut.cqids, dut.write_cqids, dut.write_cqid_base) == (32, 8, 32)
     default = CacheAgent()
-    assert (default.cqids, default.write_cqids, default.read_go) == (128, 16, ReadGo.REQUIRED)
+    assert (default.cqids, default.write_cqids) == (128, 16)
     with pytest.raises(AttributeError):
         dut.cqids = 64
 
@@ -396,7 +388,7 @@ def test_home_timing_rejects_bad_values():
 CONFIGS = {
     # The smallest agent: every CQID is reused all the time.
     "c2w2": dict(cqids=2, write_cqids=2),
-    "c8w4-nogo": dict(cqids=8, write_cqids=4, read_go=ReadGo.NONE),
+    "c8w4": dict(cqids=8, write_cqids=4),
     "c32w8": dict(cqids=32, write_cqids=8),
 }
 
@@ -419,13 +411,12 @@ def test_random_traffic(config, traffic, seed):
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_random_faults(config, seed):
     """As above (rough traffic) with a fault in a quarter of the requests: poisoned data,
-    GO-Err, GO granting Error or M, duplicated data or GO, a WritePull naming a read,
+    GO-Err with all-ones data, a stray GO or a WritePull naming a read,
     GO_ERR_WritePull, GO_WritePull_Drop, WritePull + GO-Error, a second WritePull, an
     ExtCmp. Each request completes (never a hang), with the error flag exactly when the
     fault calls for one, and the error pulses count every fault."""
     rng = random.Random(seed + 7)
-    read_go = CONFIGS[config].get("read_go", ReadGo.REQUIRED) is ReadGo.REQUIRED
-    tb = TB(seed=seed, traffic=ROUGH, faults=random_faults(rng, 0.25, read_go=read_go),
+    tb = TB(seed=seed, traffic=ROUGH, faults=random_faults(rng, 0.25),
             **CONFIGS[config])
     tb.random_ops(250)
     tb.run()
@@ -537,8 +528,7 @@ def test_unknown_cqids_dropped(seed):
     assert min(answered) > 100, "the agent answered a dropped message"
 
 
-@pytest.mark.parametrize("fault", ["poison", "go_err", "go_error", "go_modified", "dup_data",
-                                   "dup_go", "write_pull"])
+@pytest.mark.parametrize("fault", list(READ_FAULTS))
 def test_read_fault_directed(fault, seed):
     """One read with the fault among clean reads and writes: it completes, flagged when
     the fault calls for it, the others are clean; the error record names its CQID."""
@@ -553,6 +543,55 @@ def test_read_fault_directed(fault, seed):
     cqid = tb.home.reads[3].cqid
     want_code = E.READ_ERROR if tb.home.reads[3].expect_error else FAULT_ERRORS[fault]
     assert tb.first == {"code": want_code, "opcode": tb.first["opcode"], "id": cqid}
+
+
+def test_rdcurr_completes_on_data_without_go(seed):
+    """The default agent against a host that answers RdCurr with H2D Data only, as the
+    specification describes it (CXL 1.1 §3.2.4.1.6, 3.x §3.2.4.2.6): every read
+    completes in order with the host's line, on its data, and no H2D Rsp is sent."""
+    tb = TB(seed=seed, traffic=ROUGH)
+    for i in range(40):
+        tb.read(0x200 + i)
+    tb.run(max_cycles=20_000)
+    tb.check_end()
+    assert tb.done["rd"] == 40
+    assert not [f for _, ch, f in tb.home.log if ch == "h2d_rsp"]
+    data_at = {f["cqid"]: t for t, ch, f in tb.home.log if ch == "h2d_data"}
+    for j, t in enumerate(tb.out_cycles["rd"]):
+        assert t >= data_at[tb.home.reads[j].cqid] + 3
+
+
+def test_go_for_a_read_is_unexpected(seed):
+    """A GO naming a RdCurr in flight (whatever state it grants) is dropped as
+    RSP_UNEXPECTED and does not complete the read: the read still waits for its data."""
+    tb = TB(seed=seed, cqids=8, write_cqids=4,
+            timing=HomeTiming(read_latency=60, write_latency=10))
+    tb.read(0x40)
+    for t, state in ((10, GoState.I), (12, GoState.Error), (14, GoState.E)):
+        tb.home.raw("rsp", t, {"opcode": H2DRspOpcode.GO.value, "cqid": 0,
+                               "rsp_data": state.value})
+    tb.run()
+    tb.check_end(extra_errors=Counter({E.RSP_UNEXPECTED: 3}))
+    data_at = next(t for t, ch, _ in tb.home.log if ch == "h2d_data")
+    assert tb.out_cycles["rd"] == [data_at + 3]
+    assert tb.first == {"code": E.RSP_UNEXPECTED, "opcode": H2DRspOpcode.GO.value, "id": 0}
+
+
+def test_duplicate_read_data(seed):
+    """A second H2D Data for a read that cannot leave yet (an older read waits at the
+    ROB head) is dropped as DATA_DUPLICATE; the first line is kept."""
+    tb = TB(seed=seed, cqids=8, write_cqids=4,
+            timing=HomeTiming(read_latency=60, write_latency=10))
+    tb.read(0x40)
+    tb.read(0x41)
+    good = background_line(0x41)
+    tb.home.raw("data", 10, {"cqid": 1, "data": good, "poison": 0, "go_err": 0})
+    tb.home.raw("data", 11, {"cqid": 1, "data": good ^ ((1 << 512) - 1), "poison": 0,
+                             "go_err": 0})
+    tb.run()
+    # The home's own data for CQID 1 comes while read 0 still waits: a duplicate too.
+    tb.check_end(extra_errors=Counter({E.DATA_DUPLICATE: 2}))
+    assert tb.first == {"code": E.DATA_DUPLICATE, "opcode": 0, "id": 1}
 
 
 @pytest.mark.parametrize("fault", list(WRITE_FAULTS))
@@ -639,9 +678,9 @@ def test_rdcurr_throughput(cqids):
     assert steady > 0.9 * bound
 
 
-@pytest.mark.parametrize("config", ["default", "c2w2-nogo"])
+@pytest.mark.parametrize("config", ["default", "c2w2"])
 def test_verilog_lints_clean(config, tmp_path):
-    kwargs = {} if config == "default" else dict(cqids=2, write_cqids=2, read_go=ReadGo.NONE)
+    kwargs = {} if config == "default" else dict(cqids=2, write_cqids=2)
     assert_lints_clean(CacheAgent(**kwargs), f"cxl_cache_agent_{config.replace('-', '_')}",
                        tmp_path)
 

@@ -9,8 +9,9 @@ every handshake. The scoreboard requires, from the contract in the router's docs
   and no check is asked;
 * enabled: forwards reach ``o_fwd`` in order and nowhere else; each channel's output is
   its input minus the forwards, in order; exactly the in-range MemRd / MemRdData / MemWr
-  / MemWrPtl messages are checked, with the device line ``line - hdm_base``, in check
-  order; a checked message leaves only after its check's answer;
+  / MemWrPtl messages, and the in-range MemInv / MemInvNT that claim a copy (MetaField
+  Meta0-State, MetaValue Any or Shared), are checked, with the device line
+  ``line - hdm_base``, in check order; a checked message leaves only after its check's answer;
 * every output stream obeys the stream rules.
 
 Seeds are printed; ``SEED=<n>`` replays one.
@@ -26,7 +27,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from hw.cxl.m2s_router import M2sRouter
-from hw.cxl.messages import Codec, M2SReq, M2SReqOpcode, M2SRwD, M2SRwDOpcode
+from hw.cxl.messages import Codec, M2SReq, M2SReqOpcode, M2SRwD, M2SRwDOpcode, MetaField, MetaValue
 
 from .conftest import assert_lints_clean
 from .stream_rule import StreamRule
@@ -38,6 +39,9 @@ PMEM_LINES = 0xF0          # device memory ends inside the HDM window: lines bey
                            # are out of range for the endpoint, so unchecked
 CHECKED_REQ = {M2SReqOpcode.MemRd.value, M2SReqOpcode.MemRdData.value}
 CHECKED_RWD = {M2SRwDOpcode.MemWr.value, M2SRwDOpcode.MemWrPtl.value}
+#: MemInv / MemInvNT are checked when they claim a copy for the host (Cmp-E / Cmp-S).
+INV = {M2SReqOpcode.MemInv.value, M2SReqOpcode.MemInvNT.value}
+CLAIMS = {MetaValue.Any.value, MetaValue.Shared.value}
 FWD = {M2SReqOpcode.MemRdFwd.value, M2SReqOpcode.MemWrFwd.value}
 
 
@@ -57,17 +61,22 @@ def _line_of(channel: str, m: dict) -> int:
 
 
 def _checked(channel: str, m: dict) -> bool:
-    """The contract: in-range MemRd / MemRdData / MemWr / MemWrPtl are checked."""
+    """The contract: in-range MemRd / MemRdData / MemWr / MemWrPtl are checked, and
+    in-range MemInv / MemInvNT with MetaField Meta0-State and MetaValue Any or Shared."""
     ops = CHECKED_REQ if channel == "req" else CHECKED_RWD
-    return m["opcode"] in ops and 0 <= _line_of(channel, m) - HDM_BASE < min(HDM_LINES,
-                                                                             PMEM_LINES)
+    claim = (channel == "req" and m["opcode"] in INV
+             and m["meta_field"] == MetaField.Meta0State.value and m["meta_value"] in CLAIMS)
+    return (m["opcode"] in ops or claim) and 0 <= _line_of(channel, m) - HDM_BASE < min(
+        HDM_LINES, PMEM_LINES)
 
 
 def _messages(rng: random.Random, n: int):
     req_ops = [op.value for op in M2SReqOpcode]
     rwd_ops = [op.value for op in M2SRwDOpcode]
-    reqs = [{"opcode": rng.choice(req_ops), "tag": i, "address": _line(rng) << 1}
-            for i in range(n)]
+    reqs = [{"opcode": rng.choice(req_ops + [M2SReqOpcode.MemInv.value] * 2),
+             "tag": i, "address": _line(rng) << 1,
+             "meta_field": rng.choice((MetaField.Meta0State.value, MetaField.NoOp.value)),
+             "meta_value": rng.randrange(4)} for i in range(n)]
     rwds = [{"opcode": rng.choice(rwd_ops), "tag": i, "address": _line(rng),
              "data": rng.getrandbits(512)} for i in range(n)]
     return reqs, rwds

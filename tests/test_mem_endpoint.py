@@ -80,7 +80,12 @@ def _line_int(value: bytes) -> int:
 
 # --- The contract in Python -----------------------------------------------------------
 
-def ndr_for_meta(meta_value: int) -> int:
+def ndr_for_meta(meta_field: int, meta_value: int) -> int:
+    """The NDR a MemRd / MemInv / MemInvNT gets: the state MetaValue asks for with
+    MetaField Meta0-State; with No-Op (or a reserved MetaField) MetaValue is reserved and
+    ignored, so Cmp."""
+    if meta_field != MetaField.Meta0State.value:
+        return NDROpcode.Cmp.value
     return {MetaValue.Shared.value: NDROpcode.CmpS.value,
             MetaValue.Any.value: NDROpcode.CmpE.value}.get(meta_value, NDROpcode.Cmp.value)
 
@@ -100,7 +105,8 @@ def meta_returned(ch: str, f: dict, *, cfg: DeviceConfig, base: int, size: int,
     ``meta_state``, an in-range request the endpoint serves (MemRd, MemRdData, MemInv,
     MemInvNT, MemClnEvct; MemWr / MemWrPtl that write) with MetaField Meta0-State
     returns the line's state before it (Any after power-on) and stores its MetaValue;
-    everything else echoes its MetaValue."""
+    an in-range MemRdData, whatever its MetaField, returns the state before it and moves
+    I to A (S and A stay); everything else echoes its MetaValue."""
     line = f["address"] >> 1 if ch == "req" else f["address"]
     dev = line - base
     in_range = line >= base and dev < size and dev < cfg.pmem_lines
@@ -111,11 +117,15 @@ def meta_returned(ch: str, f: dict, *, cfg: DeviceConfig, base: int, size: int,
     else:
         served = (op in (Wr.MemWr.value, Wr.MemWrPtl.value) and not f["poison"]
                   and not (op == Wr.MemWrPtl.value and f["byte_enable"] == 0))
+    rdd = ch == "req" and op == Rq.MemRdData.value
     if not (cfg.meta_state and in_range and served
-            and f["meta_field"] == MetaField.Meta0State.value):
+            and (rdd or f["meta_field"] == MetaField.Meta0State.value)):
         return f["meta_value"]
     old = meta.get(dev, MetaValue.Any.value)
-    meta[dev] = f["meta_value"]
+    if rdd:     # MemRdData ignores MetaField / MetaValue: I -> A, S and A stay
+        meta[dev] = MetaValue.Any.value if old == MetaValue.Invalid.value else old
+    else:
+        meta[dev] = f["meta_value"]
     return old
 
 
@@ -133,7 +143,7 @@ def expected(ch: str, f: dict, *, cfg: DeviceConfig, base: int, size: int,
     if ch == "req":
         if op in (Rq.MemRd.value, Rq.MemRdData.value):
             ndr_op = NDROpcode.CmpE.value if op == Rq.MemRdData.value else ndr_for_meta(
-                f["meta_value"])
+                f["meta_field"], f["meta_value"])
             if in_range:
                 bad = bad_resp("r", dev)
                 e.pmem = "r"
@@ -142,12 +152,13 @@ def expected(ch: str, f: dict, *, cfg: DeviceConfig, base: int, size: int,
                 e.ndr = dict(echo, opcode=ndr_op)
                 e.errors = bad << MemError.PMEM_RESP
             else:
-                e.drs = dict(echo, opcode=DRSOpcode.MemDataNXM.value, poison=0, data=0)
-                e.ndr = dict(echo, opcode=NDROpcode.Cmp.value)
+                # MemData-NXM alone, in place of DRS + NDR (CXL 3.x Table 3-53).
+                e.drs = dict(echo, opcode=DRSOpcode.MemDataNXM.value, poison=1,
+                             data=(1 << 512) - 1)
                 e.errors = 1 << MemError.HDM_RANGE
         elif op in (Rq.MemInv.value, Rq.MemInvNT.value, Rq.MemClnEvct.value):
             ndr_op = NDROpcode.Cmp.value if op == Rq.MemClnEvct.value else ndr_for_meta(
-                f["meta_value"])
+                f["meta_field"], f["meta_value"])
             e.ndr = dict(echo, opcode=ndr_op)
             e.errors = (not in_range) << MemError.HDM_RANGE
         elif op == Rq.MemSpecRd.value:
@@ -585,6 +596,30 @@ def test_read_returns_data_and_ndr(op, meta_value, ndr_op):
     assert not tb.log.errors
 
 
+def test_meta_noop_value_ignored():
+    """MetaField No-Op (and the reserved 01 / 10): MetaValue is reserved and ignored, so
+    MemRd, MemInv and MemInvNT complete with NDR Cmp whatever MetaValue says; MemRdData
+    still grants E; the same requests with Meta0-State grant what MetaValue asks."""
+    tb = TB(small(), rd_latency=(3, 3))
+    sent = []
+    for mf in (MetaField.NoOp.value, 0b01, 0b10, MetaField.Meta0State.value):
+        for mv in range(4):
+            for op in (Rq.MemRd, Rq.MemInv, Rq.MemInvNT, Rq.MemRdData):
+                sent.append((op, mf, mv, tb.req(op, tb.host(7), meta_field=mf, meta_value=mv)))
+    tb.run()
+    tb.check()
+    for op, mf, mv, f in sent:
+        if op == Rq.MemRdData:
+            want = NDROpcode.CmpE.value
+        elif mf == MetaField.Meta0State.value:
+            want = {MetaValue.Shared.value: NDROpcode.CmpS.value,
+                    MetaValue.Any.value: NDROpcode.CmpE.value}.get(mv, NDROpcode.Cmp.value)
+        else:
+            want = NDROpcode.Cmp.value
+        got = _ndr(tb, f["tag"])[1]["opcode"]
+        assert got == want, f"{op.name} MetaField {mf:02b} MetaValue {mv:02b}: NDR {got:03b}"
+
+
 def test_meta_state_stored_and_returned():
     """With ``meta_state`` every served in-range request with MetaField Meta0-State
     returns the line's state before it (Any after power-on) and stores its MetaValue;
@@ -596,10 +631,11 @@ def test_meta_state_stored_and_returned():
     steps = [  # (channel, opcode, line, meta_field, meta_value, returned)
         ("req", Rq.MemRd, 4, meta0, shared, any_),       # power-on state: Any
         ("req", Rq.MemRd, 4, noop, inv, inv),            # NoOp: echo, no update
-        ("req", Rq.MemRdData, 4, meta0, any_, shared),
-        ("rwd", Wr.MemWr, 4, meta0, inv, any_),
+        ("req", Rq.MemRdData, 4, meta0, inv, shared),    # MetaValue ignored: S stays S
+        ("rwd", Wr.MemWr, 4, meta0, inv, shared),
+        ("req", Rq.MemRdData, 4, noop, shared, inv),     # MetaField ignored: I -> A
         ("req", Rq.MemSpecRd, 4, meta0, shared, None),   # no response, no update
-        ("rwd", Wr.MemWrPtl, 4, meta0, shared, inv),
+        ("rwd", Wr.MemWrPtl, 4, meta0, shared, any_),
         ("rwd", Wr.MemWr, 4, 1, any_, any_),             # reserved MetaField: as NoOp
         ("req", Rq.MemInv, 4, meta0, any_, shared),
         ("req", Rq.MemInvNT, 4, meta0, shared, any_),
@@ -629,8 +665,9 @@ def test_meta_state_stored_and_returned():
     order = {id(item.fields): item.t_accept for item in tb.log.accepted}
     assert sorted(fields, key=lambda f: order[id(f)]) == fields, "accepted out of list order"
     for (_, op, line, _, _, want), f in zip(steps, fields, strict=True):
-        if want is not None:
-            got = _ndr(tb, f["tag"])[1]["meta_value"]
+        if want is not None:    # from the NDR, or the DRS of a MemData-NXM (no NDR)
+            rsp = [r for _, r in tb.log.ndr if r["tag"] == f["tag"]] or [_drs(tb, f["tag"])[1]]
+            got = rsp[0]["meta_value"]
             assert got == want, f"{op.name} of line {line}: MetaValue {got}, want {want}"
     assert _drs(tb, fields[-1]["tag"])[1]["meta_value"] == any_
 
@@ -687,20 +724,26 @@ def test_write_completes_only_after_b():
     assert t_b - t_aw >= 29
 
 
-@pytest.mark.parametrize("op, meta_value, ndr_op", [
-    (Rq.MemInv, MetaValue.Invalid, NDROpcode.Cmp),
-    (Rq.MemInv, MetaValue.Shared, NDROpcode.CmpS),
-    (Rq.MemInvNT, MetaValue.Any, NDROpcode.CmpE),
-    (Rq.MemClnEvct, MetaValue.Any, NDROpcode.Cmp),
+@pytest.mark.parametrize("op, meta_field, meta_value, ndr_op", [
+    (Rq.MemInv, MetaField.Meta0State, MetaValue.Invalid, NDROpcode.Cmp),
+    (Rq.MemInv, MetaField.Meta0State, MetaValue.Shared, NDROpcode.CmpS),
+    (Rq.MemInvNT, MetaField.Meta0State, MetaValue.Any, NDROpcode.CmpE),
+    (Rq.MemClnEvct, MetaField.Meta0State, MetaValue.Any, NDROpcode.Cmp),
+    # MetaField No-Op: MetaValue is reserved and ignored, nothing is granted.
+    (Rq.MemInv, MetaField.NoOp, MetaValue.Shared, NDROpcode.Cmp),
+    (Rq.MemInvNT, MetaField.NoOp, MetaValue.Any, NDROpcode.Cmp),
+    (Rq.MemClnEvct, MetaField.NoOp, MetaValue.Any, NDROpcode.Cmp),
 ])
-def test_no_memory_requests(op, meta_value, ndr_op):
+def test_no_memory_requests(op, meta_field, meta_value, ndr_op):
     tb = TB(small())
-    r = tb.req(op, tb.host(2), meta_value=meta_value.value, meta_field=3, ld_id=4)
+    r = tb.req(op, tb.host(2), meta_value=meta_value.value, meta_field=meta_field.value,
+               ld_id=4)
     tb.run()
     tb.check()
     assert not tb.log.ar and not tb.log.aw and not tb.log.drs and not tb.log.errors
     _, ndr = _ndr(tb, r["tag"])
-    assert ndr["opcode"] == ndr_op.value and ndr["meta_field"] == 3 and ndr["ld_id"] == 4
+    assert ndr["opcode"] == ndr_op.value and ndr["meta_field"] == meta_field.value
+    assert ndr["ld_id"] == 4
 
 
 def test_biconflict_acked():
@@ -740,10 +783,11 @@ def test_out_of_range_requests():
     tb.check()
     assert not tb.log.ar and not tb.log.aw
     for r in (rd, rdd):
+        # MemData-NXM is the single response: all-ones data, Poison set, no NDR.
         _, drs = _drs(tb, r["tag"])
-        assert drs["opcode"] == DRSOpcode.MemDataNXM.value and drs["data"] == 0
-        assert drs["poison"] == 0
-        assert _ndr(tb, r["tag"])[1]["opcode"] == NDROpcode.Cmp.value
+        assert drs["opcode"] == DRSOpcode.MemDataNXM.value and drs["data"] == (1 << 512) - 1
+        assert drs["poison"] == 1
+        assert not [f for _, f in tb.log.ndr if f["tag"] == r["tag"]]
     assert _ndr(tb, wr["tag"])[1]["opcode"] == NDROpcode.Cmp.value
     assert _ndr(tb, inv["tag"])[1]["opcode"] == NDROpcode.CmpE.value
     infos = [info for _, info in _error(tb, MemError.HDM_RANGE)]

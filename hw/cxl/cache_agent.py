@@ -6,8 +6,6 @@ See :class:`CacheAgent` and ``docs/cxl-cache.md``.
 
 from __future__ import annotations
 
-import enum as py_enum
-
 from amaranth.hdl import C, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -42,7 +40,6 @@ __all__ = [
     "WR_RSP",
     "CacheAgent",
     "CacheError",
-    "ReadGo",
 ]
 
 #: Width of the user's request tag, echoed with the response.
@@ -83,16 +80,6 @@ class CacheError:
     COUNT = 7
 
 
-class ReadGo(py_enum.Enum):
-    """Whether a RdCurr waits for a GO on H2D Rsp besides its H2D Data."""
-    #: Data and GO, in either order (the GO carries the cache state, Error included).
-    REQUIRED = "required"
-    #: Data only, as the CXL 2.0 specification describes RdCurr ("gets a data but no
-    #: GO"); errors then arrive as the H2D Data header's GO-Err or Poison bit. Any H2D
-    #: Rsp naming a read CQID is RSP_UNEXPECTED.
-    NONE = "none"
-
-
 class CacheAgent(wiring.Component):
     """Device side of CXL.cache for a device that caches no host line: RdCurr reads and
     ItoMWr writes of host memory with many requests in flight, and RspIHitI for every
@@ -103,13 +90,13 @@ class CacheAgent(wiring.Component):
     ``k`` in ``0 .. cqids - 1`` is ROB entry ``k``, so the ROB is also the read CQID pool
     and a CQID is free again once its line has left on ``o_rd``. H2D Data for the CQID
     is written into the entry (a :class:`~amaranth.lib.memory.Memory` of ``cqids``
-    lines); with ``read_go=ReadGo.REQUIRED`` the entry also waits for a GO on H2D Rsp,
-    which may come before or after the data. Lines leave on ``o_rd`` strictly in request
-    order with the request's tag; ``error`` is set when the data had Poison or GO-Err set
-    or the GO granted Error or a state other than I, S, E (the agent keeps no line, so
-    M or a reserved code is a host error). RdCurr was chosen because it reads the
-    current value without changing any cache state and needs no snoop tracking in the
-    device (``docs/cxl-cache.md``).
+    lines) and completes the read: RdCurr gets its data and no GO (CXL 1.1
+    §3.2.4.1.6, CXL 3.x §3.2.4.2.6), so any H2D Rsp naming a read CQID is
+    ``RSP_UNEXPECTED``. Lines leave on ``o_rd`` strictly in request order with the
+    request's tag; ``error`` is set when the data had Poison or GO-Err set (a host
+    reports a failed RdCurr by GO-Err in the H2D Data header, with all-ones data).
+    RdCurr was chosen because it reads the current value without changing any cache
+    state and needs no snoop tracking in the device (``docs/cxl-cache.md``).
 
     **Writes.** Each ``i_wr`` request (line address, 64 bytes, tag) becomes an ItoMWr
     (a full-line write that needs no data from the host and leaves no copy in the
@@ -131,8 +118,8 @@ class CacheAgent(wiring.Component):
     since completion is in order, it holds every later one of its ring (no timeout).
 
     **Latency** (idle agent, sinks ready): ``i_rd`` / ``i_wr`` handshake in cycle 0,
-    D2H Req valid in cycle 1. The H2D message that completes a read, taken in cycle
-    ``t``, puts the line on ``o_rd`` in cycle ``t + 3``; a write's pull taken in cycle
+    D2H Req valid in cycle 1. A read's H2D Data, taken in cycle ``t``, puts the line on
+    ``o_rd`` in cycle ``t + 3``; a write's pull taken in cycle
     ``t`` puts its D2H Data valid in cycle ``t + 4``; with that line's handshake in
     cycle ``d`` and the GO taken in cycle ``g``, the completion is valid on ``o_wr`` in
     cycle ``max(d + 2, g + 3)``. An H2D Req taken in cycle ``t`` is answered in cycle
@@ -141,8 +128,8 @@ class CacheAgent(wiring.Component):
     **Throughput.** One D2H Req per cycle (reads and writes round-robin), one ``o_rd``
     line and one ``o_wr`` completion per cycle, one snoop answer per cycle. A read holds
     its CQID from its ``i_rd`` handshake until its line leaves the ROB head, about
-    ``L + 4`` cycles for a host latency ``L`` (D2H Req handshake to the completing H2D
-    message), so a stream of reads sustains ``min(1, cqids / (L + 4))`` lines per cycle
+    ``L + 4`` cycles for a host latency ``L`` (D2H Req handshake to its H2D Data),
+    so a stream of reads sustains ``min(1, cqids / (L + 4))`` lines per cycle
     (Little's law); ``cqids = 128`` keeps a host latency of 100 cycles at about one line
     per cycle. Writes likewise reach ``write_cqids / (their round trip)``.
 
@@ -171,9 +158,6 @@ class CacheAgent(wiring.Component):
     write_cqids : int
         Write CQIDs and write-buffer lines, a power of two from 2 to ``cqids``
         (default 16).
-    read_go : ReadGo
-        Whether a RdCurr completes on its data alone (:attr:`ReadGo.NONE`) or on data
-        and GO (:attr:`ReadGo.REQUIRED`, the default).
 
     Members
     -------
@@ -212,18 +196,14 @@ class CacheAgent(wiring.Component):
         If a parameter is out of its range or of the wrong type.
     """
 
-    def __init__(self, *, cqids: int = 128, write_cqids: int = 16,
-                 read_go: ReadGo = ReadGo.REQUIRED):
+    def __init__(self, *, cqids: int = 128, write_cqids: int = 16):
         if not _is_pow2(cqids) or not 2 <= cqids <= 2048:
             raise ValueError(f"cqids must be a power of two from 2 to 2048, not {cqids!r}")
         if not _is_pow2(write_cqids) or not 2 <= write_cqids <= cqids:
             raise ValueError(f"write_cqids must be a power of two from 2 to cqids ({cqids}), "
                              f"not {write_cqids!r}")
-        if not isinstance(read_go, ReadGo):
-            raise ValueError(f"read_go must be a ReadGo, not {read_go!r}")
         self._cqids = cqids
         self._write_cqids = write_cqids
-        self._read_go = read_go
         super().__init__({
             "i_rd": In(stream.Signature(RD_REQ)),
             "o_rd": Out(stream.Signature(RD_RSP)),
@@ -253,10 +233,6 @@ class CacheAgent(wiring.Component):
         return self._write_cqids
 
     @property
-    def read_go(self) -> ReadGo:
-        return self._read_go
-
-    @property
     def write_cqid_base(self) -> int:
         """The first write CQID (write ``k`` of the ring uses ``write_cqid_base + k``)."""
         return self._cqids
@@ -266,14 +242,12 @@ class CacheAgent(wiring.Component):
         n_rd, n_wr = self._cqids, self._write_cqids
         kr = n_rd.bit_length() - 1      # read ring index bits
         kw = n_wr.bit_length() - 1      # write ring index bits
-        need_go = self._read_go is ReadGo.REQUIRED
 
         # --- state -----------------------------------------------------------------------
         # Read ring: entry k is CQID k. Pointers carry one wrap bit.
         r_tail, r_head = Signal(kr + 1), Signal(kr + 1)
         r_busy = Signal(n_rd)           # issued, line not yet delivered
         r_data = Signal(n_rd)           # H2D Data arrived
-        r_go = Signal(n_rd)             # GO arrived
         r_err = Signal(n_rd)            # deliver with error
         m.submodules.rob = rob = Memory(shape=LINE_BITS, depth=n_rd, init=[])
         m.submodules.rd_tags = rd_tags = Memory(shape=TAG_BITS, depth=n_rd, init=[])
@@ -324,7 +298,7 @@ class CacheAgent(wiring.Component):
         op = s_rsp.opcode
         is_op = {o: eq_const(op, o.value) for o in H2DRspOpcode}
         state = s_rsp.rsp_data
-        # The agent keeps no line: a clean state may be granted and silently dropped.
+        # The agent keeps no line: a write's GO may grant a clean state, silently dropped.
         state_ok = (eq_const(state, GoState.I.value) | eq_const(state, GoState.S.value) |
                     eq_const(state, GoState.E.value))
         rsp_rd_idx = cq[:kr]
@@ -332,13 +306,8 @@ class CacheAgent(wiring.Component):
         rsp_is_rd = ~cq[kr:].any()
         rsp_is_wr = eq_const(cq[kw:], n_rd >> kw)
 
+        # RdCurr gets no H2D Rsp at all: every one naming a read in flight is unexpected.
         rd_hit = s_rv & rsp_is_rd & _bit(m, r_busy, rsp_rd_idx, "rsp_r_busy")
-        rd_go_ok = Signal()
-        if need_go:
-            m.d.comb += rd_go_ok.eq(rd_hit & is_op[H2DRspOpcode.GO] &
-                                    ~_bit(m, r_go, rsp_rd_idx, "rsp_r_go"))
-        else:
-            m.d.comb += rd_go_ok.eq(0)     # every H2D Rsp for a read is unexpected
         wr_hit = s_rv & rsp_is_wr & _bit(m, w_busy, rsp_wr_idx, "rsp_w_busy")
         has_go = (is_op[H2DRspOpcode.GO] | is_op[H2DRspOpcode.GO_WritePull] |
                   is_op[H2DRspOpcode.GO_ERR_WritePull] | is_op[H2DRspOpcode.GO_WritePull_Drop])
@@ -358,14 +327,9 @@ class CacheAgent(wiring.Component):
             pull_in.idx.eq(rsp_wr_idx),
             pull_in.uqid.eq(state),     # RspData holds the UQID for the pull types
             err[CacheError.RSP_NOT_IN_FLIGHT].eq(s_rv & ~rd_hit & ~wr_hit),
-            err[CacheError.RSP_UNEXPECTED].eq((rd_hit & ~rd_go_ok) | (wr_hit & ~wr_ok)),
+            err[CacheError.RSP_UNEXPECTED].eq(rd_hit | (wr_hit & ~wr_ok)),
         ]
         info[CacheError.RSP_NOT_IN_FLIGHT] = info[CacheError.RSP_UNEXPECTED] = (zext(op, 5), cq)
-        if need_go:
-            with m.If(rd_go_ok):
-                m.d.sync += r_go.bit_select(rsp_rd_idx, 1).eq(1)
-                with m.If(~state_ok):
-                    m.d.sync += r_err.bit_select(rsp_rd_idx, 1).eq(1)
         with m.If(wr_ok):
             with m.If(has_go):
                 m.d.sync += w_go.bit_select(rsp_wr_idx, 1).eq(1)
@@ -412,8 +376,6 @@ class CacheAgent(wiring.Component):
         head_err = _bit(m, r_err, r_slot, "head_r_err")
         m.d.comb += r_ready.eq(_bit(m, r_busy, r_slot, "head_r_busy") &
                                _bit(m, r_data, r_slot, "head_r_data"))
-        if need_go:
-            r_ready = r_ready & _bit(m, r_go, r_slot, "head_r_go")
         r_advance = ~o_rd.valid | o_rd.ready
         m.d.comb += [
             r_deliver.eq(r_advance & r_ready),
@@ -525,7 +487,6 @@ class CacheAgent(wiring.Component):
                 r_tail.eq(add(r_tail, 1, kr + 1)),
                 r_busy.bit_select(r_new, 1).eq(1),
                 r_data.bit_select(r_new, 1).eq(0),
-                r_go.bit_select(r_new, 1).eq(0),
                 r_err.bit_select(r_new, 1).eq(0),
             ]
         with m.Elif(take_wr):

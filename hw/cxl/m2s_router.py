@@ -12,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 from ..widths import eq_const, is_int
 from .dcoh import CHK_RSP
 from .mem_endpoint import hdm_decode
-from .messages import M2SReq, M2SReqOpcode, M2SRwD, M2SRwDOpcode
+from .messages import M2SReq, M2SReqOpcode, M2SRwD, M2SRwDOpcode, MetaField, MetaValue
 
 __all__ = ["M2sRouter"]
 
@@ -37,12 +37,15 @@ class M2sRouter(wiring.Component):
 
     **Enabled.** Each M2S Req MemRdFwd / MemWrFwd goes to ``o_fwd`` (the DCOH's
     ``i_fwd``) and nowhere else. Every message that reads or writes device memory or
-    gives the host a copy of a line (M2S Req MemRd and MemRdData, M2S RwD MemWr and
-    MemWrPtl) inside the HDM range is *checked*: its device line (``line - hdm_base``)
-    goes to ``o_chk`` as the message enters the channel's queue, and the message leaves
-    for the endpoint only once the check's answer (``i_chk``, in check order) has come
-    back: the DCOH has then drained the device's accesses to the page and set it to
-    host bias. Other messages (out of range, MemInv, MemInvNT, MemClnEvct, MemSpecRd,
+    gives the host a copy of a line (M2S Req MemRd and MemRdData; MemInv and MemInvNT
+    with MetaField Meta0-State and MetaValue Any or Shared, which the endpoint answers
+    Cmp-E / Cmp-S; M2S RwD MemWr and MemWrPtl) inside the HDM range is *checked*: its
+    device line (``line - hdm_base``) goes to ``o_chk`` as the message enters the
+    channel's queue, and the message leaves for the endpoint only once the check's
+    answer (``i_chk``, in check order) has come back: the DCOH has then drained the
+    device's accesses to the page and set it to host bias, so the host never holds a
+    copy of a line of a device-bias page. Other messages (out of range, MemInv /
+    MemInvNT with MetaValue Invalid or MetaField No-Op, MemClnEvct, MemSpecRd,
     BIConflict) are queued without a check and keep their place in their channel. The
     answer's ``flipped`` and ``error`` bits are counted by the DCOH; the router only
     waits for the answer. Each channel keeps its own order; the two channels are
@@ -121,7 +124,14 @@ class M2sRouter(wiring.Component):
             return Cat(*(eq_const(opcode, v.value) for v in values)).any()
 
         req_fwd = opcode_in(req.opcode, M2SReqOpcode.MemRdFwd, M2SReqOpcode.MemWrFwd)
-        req_chk = req_range & opcode_in(req.opcode, M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData)
+        # A MemInv / MemInvNT that asks for Meta0-State Any or Shared grants the host a
+        # copy (Cmp-E / Cmp-S) exactly as a read does, so it takes the same check.
+        inv_claim = (opcode_in(req.opcode, M2SReqOpcode.MemInv, M2SReqOpcode.MemInvNT) &
+                     eq_const(req.meta_field, MetaField.Meta0State.value) &
+                     (eq_const(req.meta_value, MetaValue.Any.value) |
+                      eq_const(req.meta_value, MetaValue.Shared.value)))
+        req_chk = req_range & (opcode_in(req.opcode, M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData)
+                               | inv_claim)
         rwd_chk = rwd_range & opcode_in(rwd.opcode, M2SRwDOpcode.MemWr, M2SRwDOpcode.MemWrPtl)
 
         channels = []

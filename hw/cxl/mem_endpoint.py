@@ -79,7 +79,7 @@ _ECHOED = ("tag", "ld_id", "meta_field", "meta_value")
 
 _ImmEntry = data.StructLayout({
     "ndr_opcode": 3,    # NDROpcode
-    "nxm": 1,           # also send DRS MemData-NXM (out-of-range read)
+    "nxm": 1,           # DRS MemData-NXM instead of the NDR (out-of-range read)
     "tag": 16,
     "ld_id": 4,
     "meta_field": 2,
@@ -130,12 +130,14 @@ class MemEndpoint(wiring.Component):
     ``docs/mem-endpoint.md`` tabulates: in-range MemRd / MemRdData read one line and
     return S2M DRS MemData *and* an S2M NDR (``docs/cxl-encodings.md``, "Flows": reads
     of HDM-D memory return an NDR granting the cache state as well as
-    the DRS data); MemRd's NDR is Cmp-S / Cmp-E / Cmp for a requested MetaValue of
-    Shared / Any / Invalid (reserved ``01`` is treated as Invalid; MetaField is not
-    consulted), MemRdData's is always Cmp-E. MemWr / MemWrPtl write one line (``wstrb``
+    the DRS data); with MetaField Meta0-State MemRd's NDR is Cmp-S / Cmp-E / Cmp for a
+    requested MetaValue of Shared / Any / Invalid (reserved ``01`` is treated as
+    Invalid); with MetaField No-Op (or reserved) MetaValue is reserved and ignored and
+    the NDR is Cmp; MemRdData's is always Cmp-E. MemWr / MemWrPtl write one line (``wstrb``
     all ones, or the 64 byte enables) and complete with NDR Cmp only after the AXI B
     response, because a write is durable only then (``docs/architecture.md``, "PMEM port"). MemInv /
-    MemInvNT answer NDR with MetaValue's opcode and MemClnEvct NDR Cmp, without touching
+    MemInvNT answer NDR with the same MetaField / MetaValue rule and MemClnEvct NDR Cmp,
+    without touching
     memory (the device keeps no copy of host-owned lines). BIConflict answers NDR
     BI-ConflictAck. MemSpecRd is accepted and dropped: the specification says it "gets no
     completion, may be dropped" and this device has nothing to prefetch into. The
@@ -143,12 +145,14 @@ class MemEndpoint(wiring.Component):
     of its queue occupancy (``docs/cxl-encodings.md``, "DevLoad"). With ``config.meta_state``
     the endpoint stores each line's Meta0-State (2 bits, Any at power-on, kept over a
     reset): an in-range request it serves with MetaField Meta0-State stores its
-    MetaValue, and its responses carry the state before it instead of the echo
+    MetaValue, MemRdData (whatever its MetaField) moves the line from I to A, and the
+    responses carry the state before it instead of the echo
     (``docs/mem-endpoint.md``, "Meta state").
 
     Bad input gets a defined response, sets one bit of ``o_err_set`` per error kind and
-    never touches memory: out-of-HDM reads answer DRS MemData-NXM (zero data, no
-    poison) plus NDR Cmp; out-of-HDM writes, reserved opcodes, poisoned writes and
+    never touches memory: an out-of-HDM read answers a single DRS MemData-NXM in
+    place of DRS and NDR, with all-ones data and Poison set (CXL 3.x Table 3-53; the
+    device always reports poison); out-of-HDM writes, reserved opcodes, poisoned writes and
     MemWrPtl without byte enables answer NDR Cmp; MemRdFwd / MemWrFwd get no answer
     (no CXL.cache request of this device can be outstanding; ``docs/dcoh.md``,
     ``docs/cxl-encodings.md``, "Flows"). One request may set several bits (a poisoned out-of-range
@@ -271,11 +275,15 @@ class MemEndpoint(wiring.Component):
             m.d.comb += bucket.eq(_xor_fold(dev_line, bucket_width))
             return in_range, dev_line, bucket
 
-        def ndr_for_meta(meta_value):
-            # The NDR grants the cache state the host asked for with MetaValue.
-            return Mux(eq_const(meta_value, MetaValue.Shared.value), NDROpcode.CmpS.value,
-                       Mux(eq_const(meta_value, MetaValue.Any.value), NDROpcode.CmpE.value,
-                           NDROpcode.Cmp.value))
+        def ndr_for_meta(meta_field, meta_value):
+            # The NDR grants the cache state the host asked for with MetaValue. With
+            # MetaField No-Op (or a reserved MetaField) MetaValue is reserved and
+            # ignored, so nothing is granted: Cmp.
+            grant = Mux(eq_const(meta_value, MetaValue.Shared.value), NDROpcode.CmpS.value,
+                        Mux(eq_const(meta_value, MetaValue.Any.value), NDROpcode.CmpE.value,
+                            NDROpcode.Cmp.value))
+            return Mux(eq_const(meta_field, MetaField.Meta0State.value), grant,
+                       NDROpcode.Cmp.value)
 
         # M2S Req classification.
         r_op = req.p.opcode
@@ -298,9 +306,11 @@ class MemEndpoint(wiring.Component):
             r_err[MemError.RSVD_OPCODE].eq(r_is_rsvd),
             r_err[MemError.UNEXPECTED_FWD].eq(r_is_fwd),
         ]
-        r_mem_ndr = Mux(r_is[M2SReqOpcode.MemRdData], NDROpcode.CmpE.value,
-                        ndr_for_meta(req.p.meta_value))
-        r_imm_ndr = Mux(r_is_inv, ndr_for_meta(req.p.meta_value), NDROpcode.Cmp.value)
+        r_is_rdd = r_is[M2SReqOpcode.MemRdData]
+        r_mem_ndr = Mux(r_is_rdd, NDROpcode.CmpE.value,
+                        ndr_for_meta(req.p.meta_field, req.p.meta_value))
+        r_imm_ndr = Mux(r_is_inv, ndr_for_meta(req.p.meta_field, req.p.meta_value),
+                        NDROpcode.Cmp.value)
 
         # M2S RwD classification.
         w_op = rwd.p.opcode
@@ -400,16 +410,18 @@ class MemEndpoint(wiring.Component):
         # --- Meta state: 2 bits per line, read and written at acceptance ------------
         if cfg.meta_state:
             # Every in-range request the endpoint serves with MetaField Meta0-State
-            # stores its MetaValue; its responses carry the value before it. The read
-            # is asynchronous (the old value goes into the slot table or the immediate
-            # FIFO with the request), so the memory is distributed RAM on an FPGA.
+            # stores its MetaValue, except MemRdData, which ignores MetaField and
+            # MetaValue and moves the line from I to A (S and A stay); the responses
+            # carry the value before it. The read is asynchronous (the old value goes
+            # into the slot table or the immediate FIFO with the request), so the
+            # memory is distributed RAM on an FPGA.
             m.submodules.meta = meta = Memory(shape=2, depth=cfg.pmem_lines,
                                               init=[MetaValue.Any.value] * cfg.pmem_lines)
             meta_rd = meta.read_port(domain="comb")
             meta_wr = meta.write_port()
             meta0 = MetaField.Meta0State.value
-            r_meta = (r_in & (r_is_rd | r_is_inv | r_is_evct)
-                      & eq_const(req.p.meta_field, meta0))
+            r_meta = r_in & (((r_is[M2SReqOpcode.MemRd] | r_is_inv | r_is_evct)
+                              & eq_const(req.p.meta_field, meta0)) | r_is_rdd)
             w_meta = w_mem & eq_const(rwd.p.meta_field, meta0)
             meta_upd = (take_r & r_meta) | (take_w & w_meta)
             meta_line = Mux(take_w, w_dev_line, r_dev_line)
@@ -417,7 +429,10 @@ class MemEndpoint(wiring.Component):
                 meta_rd.addr.eq(meta_line),
                 meta_wr.addr.eq(meta_line),
                 meta_wr.en.eq(meta_upd),
-                meta_wr.data.eq(echoed["meta_value"]),
+                meta_wr.data.eq(Mux(take_r & r_is_rdd,
+                                    Mux(eq_const(meta_rd.data, MetaValue.Invalid.value),
+                                        MetaValue.Any.value, meta_rd.data),
+                                    echoed["meta_value"])),
             ]
             echoed["meta_value"] = Mux(meta_upd, meta_rd.data, echoed["meta_value"])
         m.d.comb += [
@@ -489,11 +504,13 @@ class MemEndpoint(wiring.Component):
         s1_imm = Signal(_ImmEntry)
         ndr_free = ~ndr.valid | ndr.ready
         drs_free = ~drs.valid | drs.ready
-        s1_needs_drs = s1_is_r | (s1_is_imm & s1_imm.nxm)
+        s1_nxm = s1_is_imm & s1_imm.nxm
+        s1_needs_drs = s1_is_r | s1_nxm
+        s1_needs_ndr = ~s1_nxm     # MemData-NXM is the only response of its read
         s1_advance = Signal()
         s0_take = Signal()
         m.d.comb += [
-            s1_advance.eq(s1_valid & ndr_free & (~s1_needs_drs | drs_free)),
+            s1_advance.eq(s1_valid & (~s1_needs_ndr | ndr_free) & (~s1_needs_drs | drs_free)),
             s0_take.eq(~s1_valid | s1_advance),
         ]
 
@@ -540,7 +557,7 @@ class MemEndpoint(wiring.Component):
         s1_bad_resp = ~eq_const(s1_resp, AxiResp.OKAY)
         dev_load = Signal(2)
         s1_echoed = {name: Mux(s1_is_imm, s1_imm[name], slot[name]) for name in _ECHOED}
-        with m.If(s1_advance):
+        with m.If(s1_advance & s1_needs_ndr):
             m.d.sync += [
                 ndr.valid.eq(1),
                 ndr.p.opcode.eq(Mux(s1_is_imm, s1_imm.ndr_opcode, slot.ndr_opcode)),
@@ -555,10 +572,12 @@ class MemEndpoint(wiring.Component):
                 drs.p.opcode.eq(Mux(s1_is_imm, DRSOpcode.MemDataNXM.value,
                                     DRSOpcode.MemData.value)),
                 *(drs.p[name].eq(value) for name, value in s1_echoed.items()),
-                drs.p.poison.eq(s1_is_r & s1_bad_resp),
+                # MemData-NXM: all-ones data, Poison set (this device always reports
+                # poison; CXL 3.x Table 3-53).
+                drs.p.poison.eq((s1_is_r & s1_bad_resp) | s1_is_imm),
                 drs.p.dev_load.eq(dev_load),
                 drs.p.rsvd.eq(0),
-                drs.p.data.eq(Mux(s1_is_imm, 0, s1_data)),
+                drs.p.data.eq(Mux(s1_is_imm, Const(-1, LINE_BITS).as_unsigned(), s1_data)),
             ]
         with m.Elif(drs.ready):
             m.d.sync += drs.valid.eq(0)
