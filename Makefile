@@ -63,7 +63,7 @@ sim: $(STAMP) check-sim
 test: $(STAMP)
 	@command -v iverilog >/dev/null || \
 	  echo "warning: Icarus Verilog not found (sudo apt-get install -y iverilog); its tests will be skipped"
-	$(if $(TEST_SIM),SIM=$(TEST_SIM)) $(PY) -m pytest -n auto --maxschedchunk 1
+	$(if $(TEST_SIM),SIM=$(TEST_SIM)) $(PY) -m pytest -n auto --maxschedchunk 1 --durations=25
 
 # The fast tier: every test not marked slow (no Verilator or Icarus build).
 test-fast: $(STAMP)
