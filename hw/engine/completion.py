@@ -6,7 +6,6 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from hw.arith.fp32 import add, at_least, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 from hw.cxl.cache_agent import WR_REQ, WR_RSP
 
@@ -182,9 +181,9 @@ class Completion(wiring.Component):
         with m.If(load):
             m.d.sync += [aw_pend.eq(1), w_pend.eq(1)]
         with m.If(load):
-            m.d.sync += w_count.eq(add(w_count, 1, _COUNT_BITS))
+            m.d.sync += w_count.eq(w_count + 1)
         with m.If(axi.bvalid):
-            m.d.sync += b_count.eq(add(b_count, 1, _COUNT_BITS))
+            m.d.sync += b_count.eq(b_count + 1)
         # Records written into GPU memory (cq_host) and their answers.
         hw_count = Signal(_COUNT_BITS)
         hb_count = Signal(_COUNT_BITS)
@@ -193,7 +192,7 @@ class Completion(wiring.Component):
         with m.If(rec.ready):
             m.d.sync += rec.valid.eq(0)
         with m.If(self.i_rec.valid):
-            m.d.sync += hb_count.eq(add(hb_count, 1, _COUNT_BITS))
+            m.d.sync += hb_count.eq(hb_count + 1)
 
         # --- a pooled line, its padding bytes zeroed: byte k of vector line j is kept
         # iff 64 * j + k < dim * element bytes, i.e. j < full, or j == full and k < part.
@@ -201,7 +200,7 @@ class Completion(wiring.Component):
         full = Signal(8)                # whole lines of a pooled vector
         part = Signal(_LINE_SHIFT)      # bytes of its last, partial line
         line = pooled.p.line
-        keep = [(line < full) | ((line == full) & at_least(part, k + 1))
+        keep = [(line < full) | ((line == full) & (part > k))
                 for k in range(_LINE_BITS // 8)]
         masked = Cat(*[pooled.p.data[8 * k:8 * k + 8] & keep[k].replicate(8)
                        for k in range(_LINE_BITS // 8)])
@@ -223,8 +222,7 @@ class Completion(wiring.Component):
         slot = Signal(RING_ORDER_MAX)
         m.d.comb += slot.eq(info.seq[:RING_ORDER_MAX] & mask)
         rec_addr = Signal(aw)
-        m.d.comb += rec_addr.eq(add(self.cq_base & ~C(0x3F, aw),
-                                    Cat(C(0, _LINE_SHIFT), slot)[:aw], aw))
+        m.d.comb += rec_addr.eq((self.cq_base & ~C(0x3F, aw)) + (slot << _LINE_SHIFT))
 
         st = self.i_status
         error_now = st.valid & ~got & st.p.status.any()
@@ -234,9 +232,9 @@ class Completion(wiring.Component):
         entry = _DONE(done_q.w_data)
         m.d.comb += [
             self.head.eq(head_r),
-            entry.target.eq(Mux(self.cq_host, w_count,        # B count once every write's
-                                add(w_count, 1, _COUNT_BITS))),  # B (the record's, in PMEM)
-            entry.host_target.eq(Mux(self.cq_host, add(hw_count, 1, _COUNT_BITS), hw_count)),
+            entry.target.eq(Mux(self.cq_host, w_count,     # B count once every write's
+                                w_count + 1)),              # B (the record's, in PMEM)
+            entry.host_target.eq(Mux(self.cq_host, hw_count + 1, hw_count)),
             entry.status.eq(status),
             entry.seq.eq(info.seq),
             entry.kind.eq(info.kind),
@@ -287,11 +285,11 @@ class Completion(wiring.Component):
                                     awaddr.eq(out_addr),
                                     wdata.eq(masked),
                                     wstrb.eq(C((1 << (_LINE_BITS // 8)) - 1, _LINE_BITS // 8)),
-                                    out_addr.eq(add(out_addr, 1 << _LINE_SHIFT, aw)),
+                                    out_addr.eq(out_addr + (1 << _LINE_SHIFT)),
                                 ]
                                 with m.If(pooled.p.last):
                                     m.d.comb += self.bag_written.eq(1)
-                                    m.d.sync += bags.eq(add(bags, 1, 32))
+                                    m.d.sync += bags.eq(bags + 1)
                     with m.If(info.update & passed):
                         m.d.comb += self.i_done.ready.eq(1)
                         with m.If(self.i_done.valid):
@@ -308,10 +306,10 @@ class Completion(wiring.Component):
                 with m.If(self.cq_host & (~rec.valid | rec.ready) & done_q.w_rdy):
                     m.d.comb += done_q.w_en.eq(1)
                     m.d.sync += [rec.valid.eq(1),
-                                 rec.p.address.eq(add(self.cq_host_line, slot, 46)),
+                                 rec.p.address.eq(self.cq_host_line + slot),
                                  rec.p.data.eq(record),
                                  rec.p.tag.eq(0),
-                                 hw_count.eq(add(hw_count, 1, _COUNT_BITS)),
+                                 hw_count.eq(hw_count + 1),
                                  state.eq(_IDLE)]
                 with m.Elif(~self.cq_host & can_load & done_q.w_rdy):
                     # The record is the descriptor's last write; all writes use one AXI
@@ -326,8 +324,9 @@ class Completion(wiring.Component):
         # --- completion in order, when the record's B has arrived -------------------------
         head_entry = _DONE(done_q.r_data)
         reached = Signal()
-        m.d.comb += reached.eq(~sub(b_count, head_entry.target, _COUNT_BITS)[-1]
-                               & ~sub(hb_count, head_entry.host_target, _COUNT_BITS)[-1])
+        # Reached when the counts' difference, modulo 2**_COUNT_BITS, is not negative.
+        m.d.comb += reached.eq(~(b_count - head_entry.target)[_COUNT_BITS - 1]
+                               & ~(hb_count - head_entry.host_target)[_COUNT_BITS - 1])
         m.d.comb += [
             done_q.r_en.eq(reached),
             self.complete.eq(done_q.r_rdy & reached),
@@ -336,7 +335,7 @@ class Completion(wiring.Component):
             self.kind.eq(head_entry.kind),
         ]
         with m.If(self.complete):
-            m.d.sync += head_r.eq(add(head_r, 1, 32))
+            m.d.sync += head_r.eq(head_r + 1)
 
         m.d.comb += self.busy.eq(state.any() | done_q.r_rdy | (w_count != b_count)
                                  | (hw_count != hb_count))

@@ -6,10 +6,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.arith.fp32 import add, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 
-from ..widths import eq_const
 from .row_gather import ROW
 from .scatter_update import ITEM
 
@@ -108,12 +106,12 @@ class GradFeed(wiring.Component):
         fin = Signal()
 
         held = Signal(rb + 1)           # lines received and not released
-        m.d.comb += held.eq(sub(rcv, cons, rb + 1))
+        m.d.comb += held.eq(rcv - cons)
         ar = Signal()
         # The reads go on after ``finish`` (the last bag may still want its lines), but
         # not in _FINISH: every bag has had its row by then, so every line was asked for.
-        m.d.comb += ar.eq(pf_on & ~eq_const(state, _FINISH) & (pf_bag != self.num_bags)
-                          & ~sub(req, cons, rb + 1)[rb])     # fewer than 2**rb taken
+        m.d.comb += ar.eq(pf_on & (state != _FINISH) & (pf_bag != self.num_bags)
+                          & ~(req - cons)[rb])     # fewer than 2**rb taken
         with m.If(self.finish):
             m.d.sync += fin.eq(1)
         with m.If(self.start):
@@ -132,29 +130,29 @@ class GradFeed(wiring.Component):
             wr.addr.eq(rcv[:rb]),
             wr.data.eq(axi.rdata),
             wr.en.eq(axi.rvalid.replicate(_LINE_BITS // 8)),
-            rd.addr.eq(add(cons, j, rb + 1)[:rb]),
+            rd.addr.eq((cons + j)[:rb]),
         ]
         with m.If(ar & axi.arready):
-            m.d.sync += [req.eq(add(req, 1, rb + 1)),
-                         pf_addr.eq(add(pf_addr, 1 << _LINE_SHIFT, aw))]
-            with m.If(add(pf_line, 1, 9) == self.glines):
-                m.d.sync += [pf_line.eq(0), pf_bag.eq(add(pf_bag, 1, 32))]
+            m.d.sync += [req.eq(req + 1),
+                         pf_addr.eq(pf_addr + (1 << _LINE_SHIFT))]
+            with m.If((pf_line + 1)[:9] == self.glines):
+                m.d.sync += [pf_line.eq(0), pf_bag.eq(pf_bag + 1)]
             with m.Else():
-                m.d.sync += pf_line.eq(add(pf_line, 1, 9))
+                m.d.sync += pf_line.eq(pf_line + 1)
         with m.If(axi.rvalid):
-            m.d.sync += rcv.eq(add(rcv, 1, rb + 1))
+            m.d.sync += rcv.eq(rcv + 1)
 
         m.d.comb += [
             out.p.row.eq(row.row),
             out.p.line.eq(j),
             out.p.weight.eq(row.weight),
             out.p.grad.eq(Mux(j < self.glines, rd.data, C(0, _LINE_BITS))),
-            out.p.last.eq(eq_const(state, _FINISH)),
-            out.p.nop.eq(eq_const(state, _FINISH)),
+            out.p.last.eq(state == _FINISH),
+            out.p.nop.eq(state == _FINISH),
         ]
 
         def release_bag(m):
-            m.d.sync += cons.eq(add(cons, self.glines, rb + 1))
+            m.d.sync += cons.eq(cons + self.glines)
 
         with m.Switch(state):
             with m.Case(_IDLE):
@@ -180,12 +178,12 @@ class GradFeed(wiring.Component):
             with m.Case(_EMIT_OUT):
                 m.d.comb += out.valid.eq(1)
                 with m.If(out.ready):
-                    with m.If(add(j, 1, 9) == self.items):
+                    with m.If((j + 1)[:9] == self.items):
                         with m.If(row.last_row):
                             release_bag(m)
                         m.d.sync += state.eq(_IDLE)
                     with m.Else():
-                        m.d.sync += [j.eq(add(j, 1, 9)), state.eq(_EMIT_RD)]
+                        m.d.sync += [j.eq(j + 1), state.eq(_EMIT_RD)]
             with m.Case(_FINISH):
                 # Every read issued has returned: nothing is left to land in the ring
                 # of the next UPDATE.
