@@ -16,7 +16,7 @@ __all__ = ["GradFeed"]
 _LINE_BITS = 512
 _LINE_SHIFT = 6
 
-(_IDLE, _LOAD, _EMIT_RD, _EMIT_OUT, _FINISH) = range(5)
+
 
 
 class GradFeed(wiring.Component):
@@ -91,7 +91,7 @@ class GradFeed(wiring.Component):
         rd = ring.read_port(transparent_for=())
         wr = ring.write_port()
 
-        state = Signal(range(_FINISH + 1))
+        finishing = Signal()            # in FINISH: the UPDATE's end item
         # Ring pointers (one bit more than the ring's index): lines requested, received
         # and released; ``cons`` is the current bag's first line.
         req = Signal(rb + 1)
@@ -109,8 +109,8 @@ class GradFeed(wiring.Component):
         m.d.comb += held.eq(rcv - cons)
         ar = Signal()
         # The reads go on after ``finish`` (the last bag may still want its lines), but
-        # not in _FINISH: every bag has had its row by then, so every line was asked for.
-        m.d.comb += ar.eq(pf_on & (state != _FINISH) & (pf_bag != self.num_bags)
+        # not in FINISH: every bag has had its row by then, so every line was asked for.
+        m.d.comb += ar.eq(pf_on & ~finishing & (pf_bag != self.num_bags)
                           & ~(req - cons)[rb])     # fewer than 2**rb taken
         with m.If(self.finish):
             m.d.sync += fin.eq(1)
@@ -147,49 +147,52 @@ class GradFeed(wiring.Component):
             out.p.line.eq(j),
             out.p.weight.eq(row.weight),
             out.p.grad.eq(Mux(j < self.glines, rd.data, C(0, _LINE_BITS))),
-            out.p.last.eq(state == _FINISH),
-            out.p.nop.eq(state == _FINISH),
+            out.p.last.eq(finishing),
+            out.p.nop.eq(finishing),
         ]
 
         def release_bag(m):
             m.d.sync += cons.eq(cons + self.glines)
 
-        with m.Switch(state):
-            with m.Case(_IDLE):
+        with m.FSM(init="IDLE") as fsm:
+            with m.State("IDLE"):
                 m.d.comb += rows.ready.eq(1)
                 with m.If(rows.valid):
                     m.d.sync += [row.eq(rows.p), j.eq(0), pf_on.eq(1)]
                     with m.If(rows.p.empty_bag | ~rows.p.row_k.any()):
-                        m.d.sync += state.eq(_LOAD)
+                        m.next = "LOAD"
                     with m.Else():
-                        m.d.sync += state.eq(_EMIT_RD)
+                        m.next = "EMIT_RD"
                 with m.Elif(fin):
-                    m.d.sync += state.eq(_FINISH)
+                    m.next = "FINISH"
             # Once the bag's lines are in the ring (glines <= max_glines < 2**rb: its
             # low rb + 1 bits are all of it); an empty bag only releases them.
-            with m.Case(_LOAD), m.If(held >= self.glines[:rb + 1]):
+            with m.State("LOAD"), m.If(held >= self.glines[:rb + 1]):
                 with m.If(row.empty_bag):
                     release_bag(m)
-                    m.d.sync += state.eq(_IDLE)
+                    m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += state.eq(_EMIT_RD)
-            with m.Case(_EMIT_RD):
-                m.d.sync += state.eq(_EMIT_OUT)
-            with m.Case(_EMIT_OUT):
+                    m.next = "EMIT_RD"
+            with m.State("EMIT_RD"):     # the ring read
+                m.next = "EMIT_OUT"
+            with m.State("EMIT_OUT"):    # the item register
                 m.d.comb += out.valid.eq(1)
                 with m.If(out.ready):
                     with m.If((j + 1)[:9] == self.items):
                         with m.If(row.last_row):
                             release_bag(m)
-                        m.d.sync += state.eq(_IDLE)
+                        m.next = "IDLE"
                     with m.Else():
-                        m.d.sync += [j.eq(j + 1), state.eq(_EMIT_RD)]
-            with m.Case(_FINISH):
+                        m.d.sync += j.eq(j + 1)
+                        m.next = "EMIT_RD"
+            with m.State("FINISH"):
                 # Every read issued has returned: nothing is left to land in the ring
                 # of the next UPDATE.
                 m.d.comb += out.valid.eq(rcv == req)
                 with m.If(out.valid & out.ready):
-                    m.d.sync += [fin.eq(0), pf_on.eq(0), state.eq(_IDLE)]
+                    m.d.sync += [fin.eq(0), pf_on.eq(0)]
+                    m.next = "IDLE"
 
-        m.d.comb += self.busy.eq(state.any() | fin)    # not _IDLE (0)
+        m.d.comb += [finishing.eq(fsm.ongoing("FINISH")),
+                     self.busy.eq(~fsm.ongoing("IDLE") | fin)]
         return m
