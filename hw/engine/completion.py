@@ -55,7 +55,6 @@ RECORD = data.StructLayout({
     "rsvd2": _LINE_BITS - 288,
 })
 
-(_IDLE, _WAIT, _REC, _COMMIT) = range(4)
 
 #: Width of the write / B counters (modular; far more than the writes in flight).
 _COUNT_BITS = 16
@@ -141,7 +140,6 @@ class Completion(wiring.Component):
         aw = self._addr_width
         axi = self.pmem
         info = Signal(INFO)
-        state = Signal(range(_COMMIT + 1))
         got = Signal()                  # the sequencer's status is in ``status``
         status = Signal(8)
         bags = Signal(32)
@@ -245,8 +243,8 @@ class Completion(wiring.Component):
         m.d.comb += vec_bytes.eq(Mux(new.bf16, Cat(C(0, 1), new.dim, C(0, 1)),
                                      Cat(C(0, 2), new.dim)))
 
-        with m.Switch(state):
-            with m.Case(_IDLE):
+        with m.FSM(init="IDLE") as fsm:
+            with m.State("IDLE"):
                 m.d.comb += self.i_info.ready.eq(1)
                 with m.If(self.i_info.valid):
                     m.d.sync += [
@@ -259,16 +257,17 @@ class Completion(wiring.Component):
                         out_addr.eq(self.i_info.payload.data_addr[:aw]),
                         full.eq(vec_bytes[_LINE_SHIFT:_LINE_SHIFT + 8]),
                         part.eq(vec_bytes[:_LINE_SHIFT]),
-                        state.eq(_WAIT),
                     ]
-            with m.Case(_WAIT):
+                    m.next = "WAIT"
+            with m.State("WAIT"):
                 with m.If(~info.via_seq & info.commit):
-                    m.d.sync += state.eq(_COMMIT)
+                    m.next = "COMMIT"
                 with m.Elif(~info.via_seq):
-                    m.d.sync += state.eq(_REC)
+                    m.next = "REC"
                 with m.Elif(error_now):
                     m.d.comb += st.ready.eq(1)
-                    m.d.sync += [got.eq(1), status.eq(st.p.status), state.eq(_REC)]
+                    m.d.sync += [got.eq(1), status.eq(st.p.status)]
+                    m.next = "REC"
                 with m.Else():
                     with m.If(ok_now):
                         m.d.comb += st.ready.eq(1)
@@ -277,7 +276,7 @@ class Completion(wiring.Component):
                     with m.If(info.lookup):
                         more = bags != info.num_bags
                         with m.If(passed & ~more):
-                            m.d.sync += state.eq(_REC)
+                            m.next = "REC"
                         with m.Elif(more & can_load):
                             m.d.comb += [pooled.ready.eq(1), load.eq(pooled.valid)]
                             with m.If(pooled.valid):
@@ -296,21 +295,22 @@ class Completion(wiring.Component):
                             m.d.sync += [
                                 rows_written.eq(self.i_done.p.rows_written),
                                 updates.eq(self.i_done.p.updates),
-                                state.eq(_REC),
                             ]
-            with m.Case(_COMMIT), m.If(can_load):
+                            m.next = "REC"
+            with m.State("COMMIT"), m.If(can_load):
                 m.d.comb += load.eq(1)
                 m.d.sync += [awaddr.eq(_COMMIT_WORD_ADDR), wdata.eq(info.commit_word),
-                             wstrb.eq(C(0xFF, _LINE_BITS // 8)), state.eq(_REC)]
-            with m.Case(_REC):
+                             wstrb.eq(C(0xFF, _LINE_BITS // 8))]
+                m.next = "REC"
+            with m.State("REC"):
                 with m.If(self.cq_host & (~rec.valid | rec.ready) & done_q.w_rdy):
                     m.d.comb += done_q.w_en.eq(1)
                     m.d.sync += [rec.valid.eq(1),
                                  rec.p.address.eq(self.cq_host_line + slot),
                                  rec.p.data.eq(record),
                                  rec.p.tag.eq(0),
-                                 hw_count.eq(hw_count + 1),
-                                 state.eq(_IDLE)]
+                                 hw_count.eq(hw_count + 1)]
+                    m.next = "IDLE"
                 with m.Elif(~self.cq_host & can_load & done_q.w_rdy):
                     # The record is the descriptor's last write; all writes use one AXI
                     # ID, so its B arrives after every earlier one: the descriptor is
@@ -318,8 +318,8 @@ class Completion(wiring.Component):
                     # descriptor proceeds.
                     m.d.comb += [load.eq(1), done_q.w_en.eq(1)]
                     m.d.sync += [awaddr.eq(rec_addr), wdata.eq(record),
-                                 wstrb.eq(C((1 << (_LINE_BITS // 8)) - 1, _LINE_BITS // 8)),
-                                 state.eq(_IDLE)]
+                                 wstrb.eq(C((1 << (_LINE_BITS // 8)) - 1, _LINE_BITS // 8))]
+                    m.next = "IDLE"
 
         # --- completion in order, when the record's B has arrived -------------------------
         head_entry = _DONE(done_q.r_data)
@@ -337,6 +337,6 @@ class Completion(wiring.Component):
         with m.If(self.complete):
             m.d.sync += head_r.eq(head_r + 1)
 
-        m.d.comb += self.busy.eq(state.any() | done_q.r_rdy | (w_count != b_count)
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | done_q.r_rdy | (w_count != b_count)
                                  | (hw_count != hb_count))
         return m
