@@ -315,7 +315,8 @@ class UndoLogger(wiring.Component):
         live_any = Signal()
         m.d.comb += live_any.eq(Cat(*live).any())
         mask = Signal(32)
-        m.d.comb += mask.eq(Cat(*[self.log_slots_log2 > i for i in range(32)]))
+        # Bit 31 stays 0: log_slots_log2 is at most 31.
+        m.d.comb += mask.eq(Cat(*[self.log_slots_log2 > i for i in range(31)]))
         used = Signal(32)
         m.d.comb += used.eq(seq - oldest)
         full = Signal()

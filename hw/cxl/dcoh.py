@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
-from ..widths import lowest_set, named, onehot
+from ..widths import lowest_set, lt_const, named, onehot
 from ..widths import select_bit as _bit
 from .cache_agent import TAG_BITS
 from .messages import D2HReq, D2HReqOpcode, M2SReq, M2SReqOpcode
@@ -564,7 +564,9 @@ class Dcoh(wiring.Component):
         cand = named(m, s_ready | s_errg, "cand")
         g_ptr = Signal(k)               # the entry after the last one picked
         g_idx = Signal(k)               # the entry whose grant is in o_grant
-        above = named(m, Cat(*(g_ptr <= i for i in range(n))), "above")
+        # lt_const folds the last bit's comparison, constant for a log2(n)-bit g_ptr
+        # (Verilator's CMPCONST otherwise).
+        above = named(m, Cat(*(lt_const(g_ptr, i + 1) for i in range(n))), "above")
         pick_any, pick_wide = lowest_set(m, Cat(cand & above, cand), "pick")
         pick_idx = pick_wide[:k]
         pick_oh = onehot(m, pick_idx, n, "pick_oh")

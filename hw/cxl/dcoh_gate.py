@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from ..bus.axi import AXI4Signature
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
-from ..widths import lowest_set, named, onehot
+from ..widths import lowest_set, lt_const, named, onehot
 from ..widths import select_bit as _bit
 from .dcoh import ACC_REQ, LINE_BITS, grant_layout
 
@@ -30,7 +30,9 @@ _ADDR_FIELDS = ("id", "addr", "len", "size", "burst", "lock", "cache", "prot")
 
 def _at_or_above(m: Module, ptr, n: int, name: str) -> Signal:
     """``n`` bits, bit ``i`` set for ``i >= ptr``: the first half of a circular scan."""
-    return named(m, Cat(*(ptr <= i for i in range(n))), name)
+    # lt_const, not ``ptr <= i``: for a pointer of log2(n) bits the last bit's comparison
+    # is constant, which Verilator reports (CMPCONST); lt_const folds it.
+    return named(m, Cat(*(lt_const(ptr, i + 1) for i in range(n))), name)
 
 
 def _circular_first(m: Module, vector, ptr, name: str) -> tuple[Signal, Signal]:

@@ -6,6 +6,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from hw.arith.fp32 import at_least
 from hw.bus.axi import AXI4Signature, AxiBurst
 from hw.cxl.cache_agent import WR_REQ, WR_RSP
 
@@ -198,7 +199,8 @@ class Completion(wiring.Component):
         full = Signal(8)                # whole lines of a pooled vector
         part = Signal(_LINE_SHIFT)      # bytes of its last, partial line
         line = pooled.p.line
-        keep = [(line < full) | ((line == full) & (part > k))
+        # at_least folds ``part > 63``, constant for 6 bits (Verilator's CMPCONST).
+        keep = [(line < full) | ((line == full) & at_least(part, k + 1))
                 for k in range(_LINE_BITS // 8)]
         masked = Cat(*[pooled.p.data[8 * k:8 * k + 8] & keep[k].replicate(8)
                        for k in range(_LINE_BITS // 8)])
