@@ -34,9 +34,6 @@ MAX_WRITES = 128
 _LINE_SHIFT = 6
 _TAG = data.StructLayout({"batch_id": 32, "table_id": 16, "row": 32})
 
-# States of the record writer.
-_IDLE, _PAY, _SKIP, _HDR = range(4)
-
 
 def _check_int(name, value, lo, hi):
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
@@ -343,7 +340,6 @@ class UndoLogger(wiring.Component):
             m.d.sync += lb_count.eq(lb_count - 1)
 
         # --- the record being written ---------------------------------------------------
-        state = Signal(range(_HDR + 1))
         slot_off = Signal(aw)           # (seq mod slots) * slot_lines * 64
         rec = Signal(HEADER)
         rec_addr = Signal(aw)           # the header's line
@@ -372,45 +368,55 @@ class UndoLogger(wiring.Component):
         check = Signal(64)
         m.d.comb += check.eq(sum64_finish(acc + hdr_sum))
 
-        with m.Switch(state):
-            with m.Case(_IDLE, _SKIP):
-                with m.If(first_row):
-                    with m.If(ovf_row | hit):
-                        m.d.comb += take.eq(1)
-                        m.d.sync += state.eq(_SKIP)
-                    with m.Elif(no_space):
-                        m.d.comb += [take.eq(1), set_ovf.eq(1)]
-                        m.d.sync += [state.eq(_SKIP), overflow.eq(1),
-                                     overflow_batch.eq(h.batch_id)]
-                    with m.Elif(can_load):
-                        m.d.comb += [take.eq(1), load.eq(1), insert.eq(1),
-                                     push.eq(new_batch)]
-                        last = h.n_lines == 1
-                        m.d.sync += [
-                            awaddr.eq(cur_base + (1 << _LINE_SHIFT)),
-                            wdata.eq(h.data),
-                            acc.eq(h_sum),
-                            rec_addr.eq(cur_base),
-                            wr_addr.eq(cur_base + (2 << _LINE_SHIFT)),
-                            left.eq(h.n_lines - 1),
-                            rec.magic.eq(LOG_MAGIC),
-                            rec.epoch.eq(self.epoch),
-                            rec.n.eq(h.n_lines),
-                            rec.batch_id.eq(h.batch_id),
-                            rec.seq.eq(seq),
-                            rec.table_id.eq(h.table_id),
-                            rec.row.eq(h.row),
-                            rec.addr.eq(h.row_addr),
-                            seq.eq(seq_next),
-                            slot_off.eq(Mux((seq_next & mask).any(), slot_off + stride, 0)),
-                            cur_batch.eq(h.batch_id),
-                            cur_valid.eq(1),
-                            valid.bit_select(h_idx, 1).eq(1),
-                            state.eq(Mux(last, C(_HDR, len(state)), C(_PAY, len(state)))),
-                        ]
-                with m.Elif(h_valid):       # a line of a skipped row
+        def take_row():
+            """IDLE and SKIP (a skipped row's lines follow): a row's first line starts
+            its record or skips the row; any other line is a skipped row's, dropped."""
+            with m.If(first_row):
+                with m.If(ovf_row | hit):
                     m.d.comb += take.eq(1)
-            with m.Case(_PAY), m.If(h_valid & can_load):
+                    m.next = "SKIP"
+                with m.Elif(no_space):
+                    m.d.comb += [take.eq(1), set_ovf.eq(1)]
+                    m.d.sync += [overflow.eq(1), overflow_batch.eq(h.batch_id)]
+                    m.next = "SKIP"
+                with m.Elif(can_load):
+                    m.d.comb += [take.eq(1), load.eq(1), insert.eq(1),
+                                 push.eq(new_batch)]
+                    last = h.n_lines == 1
+                    m.d.sync += [
+                        awaddr.eq(cur_base + (1 << _LINE_SHIFT)),
+                        wdata.eq(h.data),
+                        acc.eq(h_sum),
+                        rec_addr.eq(cur_base),
+                        wr_addr.eq(cur_base + (2 << _LINE_SHIFT)),
+                        left.eq(h.n_lines - 1),
+                        rec.magic.eq(LOG_MAGIC),
+                        rec.epoch.eq(self.epoch),
+                        rec.n.eq(h.n_lines),
+                        rec.batch_id.eq(h.batch_id),
+                        rec.seq.eq(seq),
+                        rec.table_id.eq(h.table_id),
+                        rec.row.eq(h.row),
+                        rec.addr.eq(h.row_addr),
+                        seq.eq(seq_next),
+                        slot_off.eq(Mux((seq_next & mask).any(), slot_off + stride, 0)),
+                        cur_batch.eq(h.batch_id),
+                        cur_valid.eq(1),
+                        valid.bit_select(h_idx, 1).eq(1),
+                    ]
+                    with m.If(last):
+                        m.next = "HDR"
+                    with m.Else():
+                        m.next = "PAY"
+            with m.Elif(h_valid):       # a line of a skipped row
+                m.d.comb += take.eq(1)
+
+        with m.FSM(init="IDLE") as fsm:
+            with m.State("IDLE"):
+                take_row()
+            with m.State("SKIP"):
+                take_row()
+            with m.State("PAY"), m.If(h_valid & can_load):
                 m.d.comb += [take.eq(1), load.eq(1)]
                 m.d.sync += [
                     awaddr.eq(wr_addr),
@@ -420,14 +426,14 @@ class UndoLogger(wiring.Component):
                     left.eq(left - 1),
                 ]
                 with m.If(left == 1):
-                    m.d.sync += state.eq(_HDR)
-            with m.Case(_HDR), m.If(can_load):
+                    m.next = "HDR"
+            with m.State("HDR"), m.If(can_load):
                 m.d.comb += [load.eq(1), is_hdr.eq(1)]
                 m.d.sync += [
                     awaddr.eq(rec_addr),
                     wdata.eq(Cat(rec.as_value()[:LINE_BITS - 64], check)),
-                    state.eq(_IDLE),
                 ]
+                m.next = "IDLE"
 
         # --- commit and restart -----------------------------------------------------------
         ovf_b_next = Mux(set_ovf, h.batch_id, overflow_batch)
@@ -443,7 +449,7 @@ class UndoLogger(wiring.Component):
 
         m.d.comb += [
             self.drained.eq(~fifo.level.any() & ~h_valid & ~aw_pend & ~w_pend
-                            & ~flags.r_rdy & ((state == _IDLE) | (state == _SKIP))),
+                            & ~flags.r_rdy & (fsm.ongoing("IDLE") | fsm.ongoing("SKIP"))),
             self.overflow.eq(overflow),
             self.overflow_batch.eq(overflow_batch),
             self.full.eq(full),
