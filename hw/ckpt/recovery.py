@@ -42,7 +42,7 @@ class Status(enum.Enum, shape=2):
 
 
 class _State(enum.Enum, shape=5):
-    """Controller states (an explicit Switch, not ``m.FSM``)."""
+    """Controller states (a Switch over this enum)."""
     IDLE = 0
     SB = 1
     SB_CHECK = 2

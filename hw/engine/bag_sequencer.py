@@ -41,8 +41,7 @@ _END_BITS = 50
 #: Buffer readers, by AXI ID.
 _RD_OFFSETS, _RD_INDICES, _RD_SCAN, _RD_WEIGHTS = range(4)
 
-#: States of the descriptor FSM, the count scan and the emitter (explicit encodings:
-#: ``m.FSM``'s state decode compares with shrunk constants, which fails the lint).
+#: States of the descriptor FSM, the count scan and the emitter (explicit encodings).
 (_ST_IDLE, _ST_CHECK_A, _ST_CHECK_B, _ST_VALIDATE, _ST_EMIT_START, _ST_EMIT, _ST_STATUS) = range(7)
 (_SC_IDLE, _SC_SKIP0, _SC_END, _SC_SCAN) = range(4)
 (_EM_IDLE, _EM_POP, _EM_EMPTY, _EM_ROWS) = range(4)

@@ -52,8 +52,7 @@ def ctrl_layout(addr_width: int) -> data.StructLayout:
 
 
 class _State(enum.Enum, shape=4):
-    """Controller states (a Switch, not ``m.FSM``, whose state comparisons are not
-    lint clean past 16 states)."""
+    """Controller states (a Switch over this enum)."""
     CLEAR = 0
     RUN = 1         # accept items, issue hits into the update pipeline
     DRAIN = 2       # after ``last``: wait for the pipeline to empty, then flush
