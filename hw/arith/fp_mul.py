@@ -7,11 +7,9 @@ from .fp32 import (
     EXP_WIDTH,
     INF,
     QNAN,
-    add,
     normalize_operand,
     round_pack,
     signal,
-    sub,
 )
 from .pipelined import PipelinedBinaryOp
 
@@ -68,8 +66,7 @@ class FpMul(PipelinedBinaryOp):
         inf = a["inf"] | b["inf"]
         return {
             "sign": sign, "ma": a["mant"], "mb": b["mant"],
-            "exp": signal(m, sub(add(a["exp"], b["exp"], EXP_WIDTH), BIAS, EXP_WIDTH),
-                          "exp", signed(EXP_WIDTH)),
+            "exp": signal(m, a["exp"] + b["exp"] - BIAS, "exp", signed(EXP_WIDTH)),
             # Special results: NaN, a signed infinity, or a signed zero.
             "special": nan | inf | a["zero"] | b["zero"], "nan": nan, "inf": inf,
         }
@@ -83,7 +80,7 @@ class FpMul(PipelinedBinaryOp):
     def _align(m, v):
         # 1.x * 1.y lies in [1, 4): bring the leading one to bit 47.
         product = v["product"]
-        exp = signal(m, add(v["exp"], product[47], EXP_WIDTH), "product_exp", signed(EXP_WIDTH))
+        exp = signal(m, v["exp"] + product[47], "product_exp", signed(EXP_WIDTH))
         return {**v, "product": Mux(product[47], product, product << 1)[:48], "exp": exp}
 
     @staticmethod

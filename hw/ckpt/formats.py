@@ -7,12 +7,12 @@ The layouts serve the RTL, the golden model (``sim/ckpt.py``) and the test bench
 
 from __future__ import annotations
 
+import operator
 from functools import reduce
 
 from amaranth.hdl import C, Cat, Module, Signal, Value
 from amaranth.lib import data
 
-from hw.arith.fp32 import add
 from hw.cxl.messages import Codec
 
 __all__ = [
@@ -91,9 +91,8 @@ def line_sum(m: Module, line: Value, *, words: int = 8, name: str = "line_sum") 
     """The sum modulo 2**64 of the first ``words`` 64-bit words of a 512-bit ``line``
     (an adder tree, combinational)."""
     parts = [line[64 * i:64 * i + 64] for i in range(words)]
-    total = reduce(lambda a, b: add(a, b, 64), parts)
     out = Signal(64, name=name)
-    m.d.comb += out.eq(total)
+    m.d.comb += out.eq(reduce(operator.add, parts))     # truncated to 64 bits
     return out
 
 

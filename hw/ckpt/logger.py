@@ -9,9 +9,7 @@ from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.arith.fp32 import add, at_least, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
-from hw.widths import eq_const, zext
 
 from .formats import HEADER, LINE_BITS, LOG_MAGIC, line_sum, sum64_finish
 
@@ -35,9 +33,6 @@ MAX_WRITES = 128
 
 _LINE_SHIFT = 6
 _TAG = data.StructLayout({"batch_id": 32, "table_id": 16, "row": 32})
-
-# States of the record writer.
-_IDLE, _PAY, _SKIP, _HDR = range(4)
 
 
 def _check_int(name, value, lo, hi):
@@ -309,7 +304,7 @@ class UndoLogger(wiring.Component):
         lb_batch = [Signal(32, name=f"lb_batch{i}") for i in range(LIVE_BATCHES)]
         lb_first = [Signal(32, name=f"lb_first{i}") for i in range(LIVE_BATCHES)]
         lb_count = Signal(range(LIVE_BATCHES + 1))
-        live = [at_least(lb_count, i + 1) & (lb_batch[i] > committed)
+        live = [(lb_count > i) & (lb_batch[i] > committed)
                 for i in range(LIVE_BATCHES)]
         oldest = lb_first[LIVE_BATCHES - 1]
         for i in reversed(range(LIVE_BATCHES - 1)):
@@ -317,9 +312,10 @@ class UndoLogger(wiring.Component):
         live_any = Signal()
         m.d.comb += live_any.eq(Cat(*live).any())
         mask = Signal(32)
-        m.d.comb += mask.eq(Cat(*[at_least(self.log_slots_log2, i + 1) for i in range(32)]))
+        # Bit 31 stays 0: log_slots_log2 is at most 31.
+        m.d.comb += mask.eq(Cat(*[self.log_slots_log2 > i for i in range(31)]))
         used = Signal(32)
-        m.d.comb += used.eq(sub(seq, oldest, 32))
+        m.d.comb += used.eq(seq - oldest)
         full = Signal()
         m.d.comb += full.eq(live_any & (used & ~mask).any())
         pop = Signal()                  # the oldest tracked batch is committed
@@ -328,23 +324,22 @@ class UndoLogger(wiring.Component):
         new_batch = Signal()
         m.d.comb += new_batch.eq(~cur_valid | (cur_batch != h.batch_id))
         can_push = Signal()
-        m.d.comb += can_push.eq(~at_least(lb_count, LIVE_BATCHES) | pop)
+        m.d.comb += can_push.eq((lb_count < LIVE_BATCHES) | pop)
         pos = Signal(range(LIVE_BATCHES + 1))
-        m.d.comb += pos.eq(sub(lb_count, pop, len(lb_count)))
+        m.d.comb += pos.eq(lb_count - pop)
         for i in range(LIVE_BATCHES):
-            with m.If(push & eq_const(pos, i)):
+            with m.If(push & (pos == i)):
                 m.d.sync += [lb_batch[i].eq(h.batch_id), lb_first[i].eq(seq)]
             if i + 1 < LIVE_BATCHES:
                 with m.Elif(pop):
                     m.d.sync += [lb_batch[i].eq(lb_batch[i + 1]),
                                  lb_first[i].eq(lb_first[i + 1])]
         with m.If(push & ~pop):
-            m.d.sync += lb_count.eq(add(lb_count, 1, len(lb_count)))
+            m.d.sync += lb_count.eq(lb_count + 1)
         with m.Elif(~push & pop):
-            m.d.sync += lb_count.eq(sub(lb_count, 1, len(lb_count)))
+            m.d.sync += lb_count.eq(lb_count - 1)
 
         # --- the record being written ---------------------------------------------------
-        state = Signal(range(_HDR + 1))
         slot_off = Signal(aw)           # (seq mod slots) * slot_lines * 64
         rec = Signal(HEADER)
         rec_addr = Signal(aw)           # the header's line
@@ -353,9 +348,9 @@ class UndoLogger(wiring.Component):
         acc = Signal(64)                # sum of the payload words so far
 
         cur_base = Signal(aw)
-        m.d.comb += cur_base.eq(add(self.log_base, slot_off, aw))
+        m.d.comb += cur_base.eq(self.log_base + slot_off)
         seq_next = Signal(32)
-        m.d.comb += seq_next.eq(add(seq, 1, 32))
+        m.d.comb += seq_next.eq(seq + 1)
         stride = Cat(C(0, _LINE_SHIFT), self.slot_lines)
 
         ovf_row = Signal()              # the row's batch has overflowed
@@ -366,70 +361,79 @@ class UndoLogger(wiring.Component):
             bad_n.eq(~h.n_lines.any() | (h.n_lines >= self.slot_lines)),
             no_space.eq(full | (new_batch & ~can_push) | bad_n),
         ]
-        first_row = h_valid & eq_const(h.line, 0)
+        first_row = h_valid & (h.line == 0)
         set_ovf = Signal()
 
         hdr_sum = line_sum(m, rec.as_value(), words=7, name="hdr_sum")
         check = Signal(64)
-        m.d.comb += check.eq(sum64_finish(add(acc, hdr_sum, 64)))
+        m.d.comb += check.eq(sum64_finish(acc + hdr_sum))
 
-        with m.Switch(state):
-            with m.Case(_IDLE, _SKIP):
-                with m.If(first_row):
-                    with m.If(ovf_row | hit):
-                        m.d.comb += take.eq(1)
-                        m.d.sync += state.eq(_SKIP)
-                    with m.Elif(no_space):
-                        m.d.comb += [take.eq(1), set_ovf.eq(1)]
-                        m.d.sync += [state.eq(_SKIP), overflow.eq(1),
-                                     overflow_batch.eq(h.batch_id)]
-                    with m.Elif(can_load):
-                        m.d.comb += [take.eq(1), load.eq(1), insert.eq(1),
-                                     push.eq(new_batch)]
-                        last = eq_const(h.n_lines, 1)
-                        m.d.sync += [
-                            awaddr.eq(add(cur_base, 1 << _LINE_SHIFT, aw)),
-                            wdata.eq(h.data),
-                            acc.eq(h_sum),
-                            rec_addr.eq(cur_base),
-                            wr_addr.eq(add(cur_base, 2 << _LINE_SHIFT, aw)),
-                            left.eq(sub(h.n_lines, 1, 8)),
-                            rec.magic.eq(LOG_MAGIC),
-                            rec.epoch.eq(self.epoch),
-                            rec.n.eq(h.n_lines),
-                            rec.batch_id.eq(h.batch_id),
-                            rec.seq.eq(seq),
-                            rec.table_id.eq(h.table_id),
-                            rec.row.eq(h.row),
-                            rec.addr.eq(zext(h.row_addr, 64)),
-                            seq.eq(seq_next),
-                            slot_off.eq(Mux((seq_next & mask).any(),
-                                            add(slot_off, stride, aw), C(0, aw))),
-                            cur_batch.eq(h.batch_id),
-                            cur_valid.eq(1),
-                            valid.bit_select(h_idx, 1).eq(1),
-                            state.eq(Mux(last, C(_HDR, len(state)), C(_PAY, len(state)))),
-                        ]
-                with m.Elif(h_valid):       # a line of a skipped row
+        def take_row():
+            """IDLE and SKIP (a skipped row's lines follow): a row's first line starts
+            its record or skips the row; any other line is a skipped row's, dropped."""
+            with m.If(first_row):
+                with m.If(ovf_row | hit):
                     m.d.comb += take.eq(1)
-            with m.Case(_PAY), m.If(h_valid & can_load):
+                    m.next = "SKIP"
+                with m.Elif(no_space):
+                    m.d.comb += [take.eq(1), set_ovf.eq(1)]
+                    m.d.sync += [overflow.eq(1), overflow_batch.eq(h.batch_id)]
+                    m.next = "SKIP"
+                with m.Elif(can_load):
+                    m.d.comb += [take.eq(1), load.eq(1), insert.eq(1),
+                                 push.eq(new_batch)]
+                    last = h.n_lines == 1
+                    m.d.sync += [
+                        awaddr.eq(cur_base + (1 << _LINE_SHIFT)),
+                        wdata.eq(h.data),
+                        acc.eq(h_sum),
+                        rec_addr.eq(cur_base),
+                        wr_addr.eq(cur_base + (2 << _LINE_SHIFT)),
+                        left.eq(h.n_lines - 1),
+                        rec.magic.eq(LOG_MAGIC),
+                        rec.epoch.eq(self.epoch),
+                        rec.n.eq(h.n_lines),
+                        rec.batch_id.eq(h.batch_id),
+                        rec.seq.eq(seq),
+                        rec.table_id.eq(h.table_id),
+                        rec.row.eq(h.row),
+                        rec.addr.eq(h.row_addr),
+                        seq.eq(seq_next),
+                        slot_off.eq(Mux((seq_next & mask).any(), slot_off + stride, 0)),
+                        cur_batch.eq(h.batch_id),
+                        cur_valid.eq(1),
+                        valid.bit_select(h_idx, 1).eq(1),
+                    ]
+                    with m.If(last):
+                        m.next = "HDR"
+                    with m.Else():
+                        m.next = "PAY"
+            with m.Elif(h_valid):       # a line of a skipped row
+                m.d.comb += take.eq(1)
+
+        with m.FSM(init="IDLE") as fsm:
+            with m.State("IDLE"):
+                take_row()
+            with m.State("SKIP"):
+                take_row()
+            with m.State("PAY"), m.If(h_valid & can_load):
                 m.d.comb += [take.eq(1), load.eq(1)]
                 m.d.sync += [
                     awaddr.eq(wr_addr),
                     wdata.eq(h.data),
-                    acc.eq(add(acc, h_sum, 64)),
-                    wr_addr.eq(add(wr_addr, 1 << _LINE_SHIFT, aw)),
-                    left.eq(sub(left, 1, 8)),
+                    acc.eq(acc + h_sum),
+                    wr_addr.eq(wr_addr + (1 << _LINE_SHIFT)),
+                    left.eq(left - 1),
                 ]
-                with m.If(eq_const(left, 1)):
-                    m.d.sync += state.eq(_HDR)
-            with m.Case(_HDR), m.If(can_load):
+                with m.If(left == 1):
+                    m.next = "HDR"
+            with m.State("HDR"), m.If(can_load):
                 m.d.comb += [load.eq(1), is_hdr.eq(1)]
                 m.d.sync += [
                     awaddr.eq(rec_addr),
                     wdata.eq(Cat(rec.as_value()[:LINE_BITS - 64], check)),
-                    state.eq(_IDLE),
                 ]
+                m.next = "IDLE"
 
         # --- commit and restart -----------------------------------------------------------
         ovf_b_next = Mux(set_ovf, h.batch_id, overflow_batch)
@@ -445,7 +449,7 @@ class UndoLogger(wiring.Component):
 
         m.d.comb += [
             self.drained.eq(~fifo.level.any() & ~h_valid & ~aw_pend & ~w_pend
-                            & ~flags.r_rdy & (eq_const(state, _IDLE) | eq_const(state, _SKIP))),
+                            & ~flags.r_rdy & (fsm.ongoing("IDLE") | fsm.ongoing("SKIP"))),
             self.overflow.eq(overflow),
             self.overflow_batch.eq(overflow_batch),
             self.full.eq(full),

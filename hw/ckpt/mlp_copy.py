@@ -9,9 +9,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from hw.arith.fp32 import add, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
-from hw.widths import lt_const, zext
 
 from .formats import LINE_BITS, MLP_HEADER, MLP_MAGIC, line_sum, sum64_finish
 
@@ -106,7 +104,7 @@ class MlpCopier(wiring.Component):
         # --- reads ------------------------------------------------------------------------
         ar_go = Signal()
         m.d.comb += [
-            axi.arvalid.eq(busy & rd_left.any() & lt_const(held, depth)),
+            axi.arvalid.eq(busy & rd_left.any() & (held < depth)),
             axi.araddr.eq(rd_addr),
             axi.arid.eq(0),
             axi.arlen.eq(0),
@@ -118,8 +116,8 @@ class MlpCopier(wiring.Component):
             buf.w_data.eq(axi.rdata),
         ]
         with m.If(ar_go):
-            m.d.sync += [rd_addr.eq(add(rd_addr, 1 << _LINE_SHIFT, aw)),
-                         rd_left.eq(sub(rd_left, 1, LINES_WIDTH))]
+            m.d.sync += [rd_addr.eq(rd_addr + (1 << _LINE_SHIFT)),
+                         rd_left.eq(rd_left - 1)]
 
         # --- writes: payload lines, then the header ---------------------------------------
         aw_pend, w_pend = Signal(), Signal()
@@ -161,22 +159,22 @@ class MlpCopier(wiring.Component):
             buf.r_en.eq(load_pay),
         ]
         with m.If(load_aw & ~load_pay):
-            m.d.sync += aw_ahead.eq(add(aw_ahead, 1, cw))
+            m.d.sync += aw_ahead.eq(aw_ahead + 1)
         with m.Elif(~load_aw & load_pay):
-            m.d.sync += aw_ahead.eq(sub(aw_ahead, 1, cw))
+            m.d.sync += aw_ahead.eq(aw_ahead - 1)
         with m.If(load_aw):
             m.d.sync += [aw_pend.eq(1), awaddr.eq(wr_addr),
-                         wr_addr.eq(add(wr_addr, 1 << _LINE_SHIFT, aw)),
-                         aw_left.eq(sub(aw_left, 1, LINES_WIDTH))]
+                         wr_addr.eq(wr_addr + (1 << _LINE_SHIFT)),
+                         aw_left.eq(aw_left - 1)]
         summing = Signal()              # wdata holds a payload line not yet summed
         acc = Signal(64)
         pay_sum = line_sum(m, wdata, name="pay_sum")
         m.d.sync += summing.eq(load_pay)
         with m.If(summing):
-            m.d.sync += acc.eq(add(acc, pay_sum, 64))
+            m.d.sync += acc.eq(acc + pay_sum)
         with m.If(load_pay):
             m.d.sync += [w_pend.eq(1), wdata.eq(buf.r_data),
-                         wr_left.eq(sub(wr_left, 1, LINES_WIDTH))]
+                         wr_left.eq(wr_left - 1)]
 
         quiet = Signal()                # nothing requested or written is unanswered
         m.d.comb += quiet.eq(~rd_left.any() & ~wr_left.any() & ~b_wait.any() & ~aw_pend
@@ -189,20 +187,20 @@ class MlpCopier(wiring.Component):
         with m.If(load_hdr):
             m.d.sync += [aw_pend.eq(1), w_pend.eq(1), awaddr.eq(hdr_addr), hdr_sent.eq(1),
                          wdata.eq(Cat(hdr.as_value()[:192],
-                                      sum64_finish(add(acc, hdr_words, 64)),
+                                      sum64_finish(acc + hdr_words),
                                       C(0, LINE_BITS - 256)))]
 
         # --- accounting -------------------------------------------------------------------
         handed = load_pay
         with m.If(ar_go & ~handed):
-            m.d.sync += held.eq(add(held, 1, cw))
+            m.d.sync += held.eq(held + 1)
         with m.Elif(~ar_go & handed):
-            m.d.sync += held.eq(sub(held, 1, cw))
+            m.d.sync += held.eq(held - 1)
         loaded = load_aw | load_hdr     # a write is counted from its AW
         with m.If(loaded & ~axi.bvalid):
-            m.d.sync += b_wait.eq(add(b_wait, 1, LINES_WIDTH + 1))
+            m.d.sync += b_wait.eq(b_wait + 1)
         with m.Elif(~loaded & axi.bvalid):
-            m.d.sync += b_wait.eq(sub(b_wait, 1, LINES_WIDTH + 1))
+            m.d.sync += b_wait.eq(b_wait - 1)
         with m.If((axi.rvalid & axi.rresp.any()) | (axi.bvalid & axi.bresp.any())):
             m.d.sync += err.eq(1)
 
@@ -213,7 +211,7 @@ class MlpCopier(wiring.Component):
                 rd_left.eq(self.lines), wr_left.eq(self.lines), aw_left.eq(self.lines),
                 aw_ahead.eq(0),
                 hdr.magic.eq(MLP_MAGIC), hdr.rsvd0.eq(0), hdr.batch_id.eq(self.batch_id),
-                hdr.rsvd1.eq(0), hdr.length.eq(zext(Cat(C(0, _LINE_SHIFT), self.lines), 64)),
+                hdr.rsvd1.eq(0), hdr.length.eq(self.lines << _LINE_SHIFT),
                 hdr.check.eq(0), hdr.rsvd2.eq(0),
             ]
         with m.If(finish):

@@ -8,9 +8,7 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.arith.fp32 import add, at_least, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
-from hw.widths import eq_const, lt_const
 
 from .formats import (
     COMMIT_MAGIC,
@@ -44,7 +42,7 @@ class Status(enum.Enum, shape=2):
 
 
 class _State(enum.Enum, shape=5):
-    """Controller states (an explicit Switch, not ``m.FSM``)."""
+    """Controller states (a Switch over this enum)."""
     IDLE = 0
     SB = 1
     SB_CHECK = 2
@@ -221,7 +219,7 @@ class Recovery(wiring.Component):
         slot_bytes = Cat(C(0, 6), sl8)          # 14 bits
         log_slots = sbv.log_slots
         last_sidx = Signal(32)
-        m.d.comb += last_sidx.eq(sub(log_slots, 1, 32))
+        m.d.comb += last_sidx.eq(log_slots - 1)
 
         state = Signal(_State)
         status = Signal(Status)
@@ -276,32 +274,32 @@ class Recovery(wiring.Component):
         # --- read issuer: single-beat ARs, up to ``depth`` without their R
         issue = Signal()
         m.d.comb += issue.eq((~ar_pend | axi.arready) & ar_left.any() & ~err
-                             & lt_const(credits, depth))
+                             & (credits < depth))
         with m.If(axi.arready):
             m.d.sync += ar_pend.eq(0)
         with m.If(issue):
             m.d.sync += [ar_pend.eq(1), araddr.eq(ar_next)]
             with m.Switch(mode):
                 with m.Case(_Mode.LINEAR):
-                    m.d.sync += [ar_next.eq(add(ar_next, 64, aw)),
-                                 ar_left.eq(sub(ar_left, 1, 40))]
+                    m.d.sync += [ar_next.eq(ar_next + 64),
+                                 ar_left.eq(ar_left - 1)]
                 with m.Case(_Mode.PASS2):
-                    with m.If(add(ar_k, 1, 8) == sl8):
-                        m.d.sync += [ar_k.eq(0), ar_left.eq(sub(ar_left, 1, 40))]
+                    with m.If((ar_k + 1)[:8] == sl8):
+                        m.d.sync += [ar_k.eq(0), ar_left.eq(ar_left - 1)]
                         with m.If(~ar_sidx.any()):
                             m.d.sync += [ar_sidx.eq(last_sidx), ar_slot.eq(last_addr),
                                          ar_next.eq(last_addr)]
                         with m.Else():
-                            prev = sub(ar_slot, slot_bytes, aw)
-                            m.d.sync += [ar_sidx.eq(sub(ar_sidx, 1, 32)), ar_slot.eq(prev),
+                            prev = ar_slot - slot_bytes
+                            m.d.sync += [ar_sidx.eq(ar_sidx - 1), ar_slot.eq(prev),
                                          ar_next.eq(prev)]
                     with m.Else():
-                        m.d.sync += [ar_k.eq(add(ar_k, 1, 8)),
-                                     ar_next.eq(add(ar_next, 64, aw))]
+                        m.d.sync += [ar_k.eq(ar_k + 1),
+                                     ar_next.eq(ar_next + 64)]
         with m.If(issue & ~r_hs):
-            m.d.sync += credits.eq(add(credits, 1, cbits))
+            m.d.sync += credits.eq(credits + 1)
         with m.Elif(~issue & r_hs):
-            m.d.sync += credits.eq(sub(credits, 1, cbits))
+            m.d.sync += credits.eq(credits - 1)
 
         def start_read(m, mode_value, addr, count):
             m.d.sync += [mode.eq(mode_value), ar_next.eq(addr), ar_left.eq(count)]
@@ -333,7 +331,7 @@ class Recovery(wiring.Component):
         # --- header validity (pass 1 and 2)
         hdr = data.View(HEADER, rb)
         hdr_counts = Signal()
-        m.d.comb += hdr_counts.eq(eq_const(hdr.magic, LOG_MAGIC) & (hdr.epoch == cur_e)
+        m.d.comb += hdr_counts.eq((hdr.magic == LOG_MAGIC) & (hdr.epoch == cur_e)
                                   & hdr.n.any() & (hdr.n < sl8) & (hdr.batch_id > cur_c))
 
         # --- pass 1
@@ -347,7 +345,7 @@ class Recovery(wiring.Component):
         cur_seq = Signal(32)
         cur_sidx = Signal(32)
         cur_slot = Signal(aw)
-        m.d.comb += seq_diff.eq(sub(cur_seq, best_seq, 32))
+        m.d.comb += seq_diff.eq(cur_seq - best_seq)
 
         # --- pass 2
         r_k = Signal(8)
@@ -368,10 +366,10 @@ class Recovery(wiring.Component):
         wr_n = Signal(8)
         wr_k = Signal(8)
         wr_addr = Signal(aw)
-        wr_busy = ~eq_const(wr_state.as_value(), _Wr.IDLE.value)
-        wr_sending = eq_const(wr_state.as_value(), _Wr.SEND.value)
+        wr_busy = wr_state != _Wr.IDLE
+        wr_sending = wr_state == _Wr.SEND
 
-        in_p2 = eq_const(state.as_value(), _State.P2.value)
+        in_p2 = state == _State.P2
         m.d.comb += s2_take.eq(rb_valid & ~(in_p2 & dec_pending & wr_busy))
 
         # --- MLP
@@ -386,7 +384,7 @@ class Recovery(wiring.Component):
         hdr_addr = [Signal(aw, name=f"mlp_hdr_addr{i}") for i in range(2)]
         len_rem = mh.length[:6]
         last_beat = Signal()
-        m.d.comb += last_beat.eq(add(r_cnt, 1, 32) == mlp_lines)
+        m.d.comb += last_beat.eq((r_cnt + 1)[:32] == mlp_lines)
 
         # --- result registers
         res_slot = Signal(2, init=MLP_NONE)
@@ -396,7 +394,7 @@ class Recovery(wiring.Component):
             self.done.eq(done),
             self.status.eq(status),
             self.committed.eq(cur_c),
-            self.epoch.eq(add(cur_e, 1, 16)),
+            self.epoch.eq(cur_e + 1),
             self.rolled_back.eq(rolled_back),
             self.mlp_slot.eq(res_slot),
             self.mlp_batch.eq(res_batch),
@@ -414,9 +412,9 @@ class Recovery(wiring.Component):
 
         # --- superblock and layout checks (combinational on the registered lines)
         present = Signal()
-        m.d.comb += present.eq(eq_const(sbv.magic, SB_MAGIC)
+        m.d.comb += present.eq((sbv.magic == SB_MAGIC)
                                & (sum64_finish(sb_sum) == sbv.check)
-                               & eq_const(cw[48:64], COMMIT_MAGIC))
+                               & (cw[48:64] == COMMIT_MAGIC))
 
         def fits(value):
             return ~value[aw:].any() if len(value) > aw else C(1, 1)
@@ -430,23 +428,23 @@ class Recovery(wiring.Component):
                                      Cat(shifted, C(0, 1 << j))))
             shifted = stage
         ring_bytes = Cat(C(0, 6), shifted)
-        ring_end = add(sbv.log_base, ring_bytes, 66)
+        ring_end = sbv.log_base + ring_bytes
         hdr_off = sbv.mlp_slot_bytes[:32]
-        hdr_end_off = add(hdr_off, 64, 33)
+        hdr_end_off = hdr_off + 64
         layout_ok = Signal()
         slot_ok = [Signal(name=f"mlp_slot_ok{i}") for i in range(2)]
         for i, base in enumerate((sbv.mlp_slot0, sbv.mlp_slot1)):
-            m.d.comb += slot_ok[i].eq(~base[:6].any() & fits(add(base, hdr_end_off, 66)))
+            m.d.comb += slot_ok[i].eq(~base[:6].any() & fits(base + hdr_end_off))
         m.d.comb += layout_ok.eq(
-            eq_const(sbv.version, SB_VERSION)
+            (sbv.version == SB_VERSION)
             & log_slots.any() & ~(log_slots & last_sidx).any()
-            & at_least(sbv.slot_lines, 2) & lt_const(sbv.slot_lines, self._max_slot_lines + 1)
+            & (sbv.slot_lines >= 2) & (sbv.slot_lines <= self._max_slot_lines)
             & ~sbv.log_base[:6].any() & fits(ring_end)
             & ~sbv.mlp_slot_bytes[32:].any() & ~sbv.mlp_slot_bytes[:6].any()
             & slot_ok[0] & slot_ok[1])
 
         # --- restore writer: rd.addr is the line loaded next (k + 1 while sending)
-        wr_k1 = add(wr_k, 1, 8)
+        wr_k1 = (wr_k + 1)[:8]
         m.d.comb += rd.addr.eq(Mux(wr_sending, Cat(wr_k1[:pbits], wr_half),
                                    Cat(wr_k[:pbits], wr_half)))
         with m.If(axi.awready):
@@ -455,19 +453,19 @@ class Recovery(wiring.Component):
             m.d.sync += w_pend.eq(0)
         aw_hs = axi.awvalid & axi.awready
         with m.If(aw_hs & ~axi.bvalid):
-            m.d.sync += w_out.eq(add(w_out, 1, 8))
+            m.d.sync += w_out.eq(w_out + 1)
         with m.Elif(~aw_hs & axi.bvalid):
-            m.d.sync += w_out.eq(sub(w_out, 1, 8))
+            m.d.sync += w_out.eq(w_out - 1)
         sent = (~aw_pend | axi.awready) & (~w_pend | axi.wready)
         with m.Switch(wr_state):
             with m.Case(_Wr.RD):
                 m.d.sync += wr_state.eq(_Wr.LOAD)
-            with m.Case(_Wr.LOAD), m.If(lt_const(w_out, wdepth)):
+            with m.Case(_Wr.LOAD), m.If(w_out < wdepth):
                 m.d.sync += [aw_pend.eq(1), w_pend.eq(1), awaddr.eq(wr_addr),
                              wdata.eq(rd.data), wstrb.eq(ones)]
                 m.d.sync += wr_state.eq(_Wr.SEND)
             with m.Case(_Wr.SEND), m.If(sent):
-                m.d.sync += [wr_k.eq(wr_k1), wr_addr.eq(add(wr_addr, 64, aw))]
+                m.d.sync += [wr_k.eq(wr_k1), wr_addr.eq(wr_addr + 64)]
                 with m.If(wr_k1 == wr_n):
                     m.d.sync += wr_state.eq(_Wr.IDLE)
                 with m.Else():
@@ -475,7 +473,7 @@ class Recovery(wiring.Component):
 
         # --- buffer writes (pass 2 payload lines)
         m.d.comb += [
-            wr.addr.eq(Cat(sub(r_k, 1, 8)[:pbits], half)),
+            wr.addr.eq(Cat((r_k - 1)[:pbits], half)),
             wr.data.eq(rb),
         ]
 
@@ -492,17 +490,17 @@ class Recovery(wiring.Component):
                                  cur_addr.eq(Cat(C(0, 6), hdr.addr[6:aw])),
                                  cur_check.eq(hdr.check), acc.eq(line_total),
                                  cur_sidx.eq(r_sidx), cur_slot.eq(r_addr),
-                                 r_sidx.eq(add(r_sidx, 1, 32)),
-                                 r_addr.eq(add(r_addr, slot_bytes, aw))]
+                                 r_sidx.eq(r_sidx + 1),
+                                 r_addr.eq(r_addr + slot_bytes)]
                 with m.Elif(in_payload):
                     if restore:
                         m.d.comb += wr.en.eq(1)
-                    m.d.sync += acc.eq(add(acc, line_total, 64))
-                with m.If(add(r_k, 1, 8) == sl8):
+                    m.d.sync += acc.eq(acc + line_total)
+                with m.If((r_k + 1)[:8] == sl8):
                     m.d.sync += [r_k.eq(0), dec_pending.eq(1),
-                                 dec_sum.eq(Mux(in_payload, add(acc, line_total, 64), acc))]
+                                 dec_sum.eq(Mux(in_payload, acc + line_total, acc))]
                 with m.Else():
-                    m.d.sync += r_k.eq(add(r_k, 1, 8))
+                    m.d.sync += r_k.eq(r_k + 1)
 
         record_ok = Signal()
         m.d.comb += record_ok.eq(cur_ok & (sum64_finish(dec_sum) == cur_check) & ~err)
@@ -521,7 +519,7 @@ class Recovery(wiring.Component):
             with m.Case(_State.SB):
                 m.d.comb += word_mask.eq(0x7F)
                 with m.If(s2_take):
-                    m.d.sync += r_cnt.eq(add(r_cnt, 1, 32))
+                    m.d.sync += r_cnt.eq(r_cnt + 1)
                     with m.If(~r_cnt.any()):
                         m.d.sync += [sb.eq(rb), sb_sum.eq(line_total)]
                     with m.Else():
@@ -539,9 +537,9 @@ class Recovery(wiring.Component):
                     finish(m, Status.BAD_LAYOUT)
                 with m.Else():
                     m.d.sync += [
-                        hdr_addr[0].eq(add(sbv.mlp_slot0, hdr_off, aw)),
-                        hdr_addr[1].eq(add(sbv.mlp_slot1, hdr_off, aw)),
-                        last_addr.eq(sub(ring_end[:aw], slot_bytes, aw)),
+                        hdr_addr[0].eq(sbv.mlp_slot0 + hdr_off),
+                        hdr_addr[1].eq(sbv.mlp_slot1 + hdr_off),
+                        last_addr.eq(ring_end[:aw] - slot_bytes),
                         found.eq(0), best_seq.eq(0), best_sidx.eq(0),
                         r_sidx.eq(0), r_addr.eq(sbv.log_base[:aw]),
                         r_k.eq(0), half.eq(0), dec_pending.eq(0),
@@ -575,7 +573,7 @@ class Recovery(wiring.Component):
                     with m.If(record_ok):
                         m.d.sync += [wr_state.eq(_Wr.RD), wr_half.eq(half), wr_n.eq(cur_n),
                                      wr_k.eq(0), wr_addr.eq(cur_addr), half.eq(~half),
-                                     rolled_back.eq(add(rolled_back, 1, 32))]
+                                     rolled_back.eq(rolled_back + 1)]
                 with m.If(rd_idle & ~dec_pending & ~wr_busy):
                     m.d.sync += state.eq(_State.RESTORE_WAIT)
 
@@ -588,7 +586,7 @@ class Recovery(wiring.Component):
             with m.Case(_State.COMMIT):
                 m.d.sync += [
                     aw_pend.eq(1), w_pend.eq(1), awaddr.eq(COMMIT_WORD_ADDR),
-                    wdata.eq(Cat(cur_c, add(cur_e, 1, 16), C(COMMIT_MAGIC, 16),
+                    wdata.eq(Cat(cur_c, (cur_e + 1)[:16], C(COMMIT_MAGIC, 16),
                                  C(0, LINE_BITS - 64))),
                     wstrb.eq(0xFF),
                 ]
@@ -615,8 +613,8 @@ class Recovery(wiring.Component):
                         m.d.sync += state.eq(_State.MLP_CHECK)
 
             with m.Case(_State.MLP_CHECK):
-                lines = add(mh.length[:32], 63, 33)[6:]
-                ok = eq_const(mh.magic, MLP_MAGIC) & (mh.length <= sbv.mlp_slot_bytes)
+                lines = (mh.length[:32] + 63)[6:]
+                ok = (mh.magic == MLP_MAGIC) & (mh.length <= sbv.mlp_slot_bytes)
                 m.d.sync += [mlp_ok.eq(ok), mlp_lines.eq(lines), r_cnt.eq(0)]
                 # (``lines`` is 27 bits: ``length < 2**32`` after the layout check)
                 with m.If(ok & lines.any()):
@@ -630,11 +628,10 @@ class Recovery(wiring.Component):
                 m.d.comb += word_mask.eq(0xFF)
                 with m.If(last_beat & len_rem.any()):
                     # Only the ceil((length mod 64) / 8) first words of the last line.
-                    m.d.comb += word_mask.eq(Cat(*[at_least(len_rem, 8 * i + 1)
-                                                   for i in range(8)]))
+                    m.d.comb += word_mask.eq(Cat(*[len_rem > 8 * i for i in range(8)]))
                 with m.If(s2_take):
-                    m.d.sync += [acc.eq(add(acc, line_total, 64)),
-                                 r_cnt.eq(add(r_cnt, 1, 32))]
+                    m.d.sync += [acc.eq(acc + line_total),
+                                 r_cnt.eq(r_cnt + 1)]
                 with m.If(rd_idle):
                     with m.If(err):
                         finish(m, Status.PMEM_ERROR)

@@ -12,10 +12,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..arith.fp32 import add, sub
-from ..widths import eq_const, lowest_set, lt_const, named, onehot, zext
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
+from ..widths import lowest_set, lt_const, named, onehot
 from ..widths import select_bit as _bit
 from .cache_agent import TAG_BITS
 from .messages import D2HReq, D2HReqOpcode, M2SReq, M2SReqOpcode
@@ -428,8 +427,7 @@ class Dcoh(wiring.Component):
         f_wr_req = Signal()
         f_wr_val = Signal()
         f_wr_go = Signal()
-        f_claiming = named(m, eq_const(f_phase, _F_CLAIM) | eq_const(f_phase, _F_COMMIT),
-                           "f_claiming")
+        f_claiming = named(m, (f_phase == _F_CLAIM) | (f_phase == _F_COMMIT), "f_claiming")
 
         # --- stage B: the access's bias decision --------------------------------------------
         acc = self.i_acc
@@ -439,7 +437,7 @@ class Dcoh(wiring.Component):
         b = Signal(ACC_REQ)
         b_go = Signal()
         b_page = page_of(b.line)
-        b_in = named(m, lt_const(b.line, total_lines), "b_in")
+        b_in = named(m, b.line < total_lines, "b_in")
         b_dev = bias_acc.data[0]
         m.d.comb += [
             acc.ready.eq(~clearing & (~b_valid | b_go)),
@@ -481,10 +479,10 @@ class Dcoh(wiring.Component):
         c_dev_line = Cat(f_line[:shift], f_cur)     # the line being claimed
         b_host_line = Signal(LINE_BITS)
         c_host_line = Signal(LINE_BITS)
-        cqid = Const(self._cqid_base, _CQID_BITS) | zext(alloc_idx, _CQID_BITS)
+        cqid = Const(self._cqid_base, _CQID_BITS) | alloc_idx
         m.d.comb += [
-            b_host_line.eq(add(self.hdm_base, b.line, LINE_BITS)),
-            c_host_line.eq(add(self.hdm_base, c_dev_line, LINE_BITS)),
+            b_host_line.eq(self.hdm_base + b.line),
+            c_host_line.eq(self.hdm_base + c_dev_line),
             info_wr.en.eq(alloc_any),
             info_wr.addr.eq(alloc_idx),
             # An error grant keeps the requested (device) line for the error record.
@@ -537,7 +535,7 @@ class Dcoh(wiring.Component):
         f_idx = f1_tag[:k]
         f_oh = onehot(m, f_idx, n, "fwd_oh")
         fi = info_f.data
-        f_ours = eq_const(f1_tag[k:], self._cqid_base >> k)
+        f_ours = f1_tag[k:] == self._cqid_base >> k
         f_is_wait = _bit(m, s_wait, f_idx, "fwd_wait")
         f_is_claim = _bit(m, s_claim, f_idx, "fwd_claim")
         f_inflight = Signal()
@@ -545,8 +543,8 @@ class Dcoh(wiring.Component):
         f_good = Signal()
         m.d.comb += [
             f_inflight.eq(f1_valid & f_ours & (f_is_wait | f_is_claim)),
-            f_op_ok.eq(Mux(fi.write, eq_const(f1_op, M2SReqOpcode.MemWrFwd.value),
-                           eq_const(f1_op, M2SReqOpcode.MemRdFwd.value))),
+            f_op_ok.eq(Mux(fi.write, f1_op == M2SReqOpcode.MemWrFwd.value,
+                           f1_op == M2SReqOpcode.MemRdFwd.value)),
             f_good.eq(f_inflight & f_op_ok & (f1_line == fi.host_line)),
             err_kind[DcohError.FWD_NOT_IN_FLIGHT].eq(f1_valid & ~f_inflight),
             err_kind[DcohError.FWD_OPCODE].eq(f_inflight & ~f_op_ok),
@@ -566,6 +564,8 @@ class Dcoh(wiring.Component):
         cand = named(m, s_ready | s_errg, "cand")
         g_ptr = Signal(k)               # the entry after the last one picked
         g_idx = Signal(k)               # the entry whose grant is in o_grant
+        # lt_const folds the last bit's comparison, constant for a log2(n)-bit g_ptr
+        # (Verilator's CMPCONST otherwise).
         above = named(m, Cat(*(lt_const(g_ptr, i + 1) for i in range(n))), "above")
         pick_any, pick_wide = lowest_set(m, Cat(cand & above, cand), "pick")
         pick_idx = pick_wide[:k]
@@ -586,7 +586,7 @@ class Dcoh(wiring.Component):
         with m.If(g_load):
             m.d.sync += ogr.valid.eq(pick_any)
         with m.If(pick):
-            m.d.sync += [g_idx.eq(pick_idx), g_ptr.eq(add(pick_idx, 1, k))]
+            m.d.sync += [g_idx.eq(pick_idx), g_ptr.eq(pick_idx + 1)]
         g_oh = onehot(m, g_idx, n, "grant_oh")
         g_hs = ogr.valid & ogr.ready
         m.d.comb += [
@@ -606,7 +606,7 @@ class Dcoh(wiring.Component):
             clr_granted.eq(Mux(d_hit, d_oh, 0)),
             err_kind[DcohError.DONE_UNEXPECTED].eq(dn.valid & ~d_hit),
         ]
-        info[DcohError.DONE_UNEXPECTED] = (C(0, 4), zext(dn.payload, 16), C(0, LINE_BITS))
+        info[DcohError.DONE_UNEXPECTED] = (C(0, 4), dn.payload, C(0, LINE_BITS))
 
         m.d.sync += [
             s_wait.eq((s_wait & ~clr_wait) | set_wait),
@@ -620,8 +620,8 @@ class Dcoh(wiring.Component):
         ]
         used = self.o_inflight
         freed = Signal(2)
-        m.d.comb += freed.eq(add(add(f_claim_back, d_hit, 2), delivered_err.any(), 2))
-        m.d.sync += used.eq(sub(add(used, alloc_any, len(used)), freed, len(used)))
+        m.d.comb += freed.eq(f_claim_back + d_hit + delivered_err.any())
+        m.d.sync += used.eq(used + alloc_any - freed)
 
         # --- host check ---------------------------------------------------------------------
         chk = self.i_host_chk
@@ -635,7 +635,7 @@ class Dcoh(wiring.Component):
         k_wr_req = Signal()
         k_wr_go = Signal()
         k_page = page_of(k_line)
-        k_in = named(m, lt_const(k_line, total_lines), "k_in")
+        k_in = named(m, k_line < total_lines, "k_in")
         # Without this cycle's done: its entry leaves ``tracked`` only at the next edge.
         # A host-bias access (permitted by its forward) holds the check only for its own
         # line: the host ordered it with its forward, and waiting for it on other lines
@@ -694,8 +694,8 @@ class Dcoh(wiring.Component):
         # --- bias table writes: reset sweep, then the check, then the flip ---------------
         with m.If(clearing):
             m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(clr_addr), bias_wr.data.eq(0)]
-            m.d.sync += clr_addr.eq(add(clr_addr, 1, len(clr_addr)))
-            with m.If(eq_const(clr_addr, depth - 1)):
+            m.d.sync += clr_addr.eq(clr_addr + 1)
+            with m.If(clr_addr == depth - 1):
                 m.d.sync += clearing.eq(0)
         with m.Elif(k_wr_req):
             m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(k_page), bias_wr.data.eq(0),
@@ -705,17 +705,17 @@ class Dcoh(wiring.Component):
                          f_wr_go.eq(1)]
 
         # --- flip command ---------------------------------------------------------------
-        f_busy = ~eq_const(f_phase, _F_IDLE)
+        f_busy = f_phase != _F_IDLE
         f_match = page_match(f_cur, "flip_match")
-        flip_end = named(m, add(flip.first_page, flip.pages, pb + 2), "flip_end")
+        flip_end = named(m, flip.first_page + flip.pages, "flip_end")
         m.d.comb += [
             bias_flip.addr.eq(f_cur),
             fst.busy.eq(f_busy | clearing),
-            c_want.eq(eq_const(f_phase, _F_CLAIM) & ~f_line[shift]),
+            c_want.eq((f_phase == _F_CLAIM) & ~f_line[shift]),
         ]
         with m.If(c_go):
-            m.d.sync += f_line.eq(add(f_line, 1, shift + 1))
-        m.d.sync += f_out.eq(sub(add(f_out, c_go, len(f_out)), f_claim_back, len(f_out)))
+            m.d.sync += f_line.eq(f_line + 1)
+        m.d.sync += f_out.eq(f_out + c_go - f_claim_back)
         with m.If(k_on_flip):
             m.d.sync += f_spoil.eq(1)
 
@@ -755,12 +755,12 @@ class Dcoh(wiring.Component):
                     m.d.sync += f_phase.eq(_F_NEXT)
             with m.Case(_F_NEXT):
                 nxt = Signal(pb + 2)
-                m.d.comb += nxt.eq(add(f_cur, 1, pb + 2))
+                m.d.comb += nxt.eq(f_cur + 1)
                 with m.If(nxt == f_end):
                     m.d.sync += [f_phase.eq(_F_IDLE), fst.done.eq(1), fst.error.eq(f_err)]
                 with m.Else():
                     m.d.sync += [f_cur.eq(nxt[:pb]), f_phase.eq(_F_READ)]
-        info[DcohError.FLIP_CONTENDED] = (C(0, 4), C(0, 16), zext(f_cur, LINE_BITS))
+        info[DcohError.FLIP_CONTENDED] = (C(0, 4), C(0, 16), f_cur)
 
         start = self.i_flip_start
         with m.If(start & (f_busy | clearing)):
@@ -769,13 +769,13 @@ class Dcoh(wiring.Component):
             m.d.sync += [fst.done.eq(0), fst.error.eq(0)]
             with m.If(~flip.pages.any()):
                 m.d.sync += fst.done.eq(1)
-            with m.Elif(~lt_const(flip_end, self._pages + 1)):
+            with m.Elif(flip_end > self._pages):
                 m.d.sync += [fst.done.eq(1), fst.error.eq(1)]
                 m.d.comb += err_kind[DcohError.FLIP_RANGE].eq(1)
             with m.Else():
                 m.d.sync += [f_phase.eq(_F_READ), f_cur.eq(flip.first_page),
                              f_end.eq(flip_end), f_to_host.eq(flip.to_host), f_err.eq(0)]
-        flip_info = (C(0, 4), C(0, 16), zext(flip.first_page, LINE_BITS))
+        flip_info = (C(0, 4), C(0, 16), flip.first_page)
         info[DcohError.FLIP_RANGE] = info[DcohError.FLIP_BUSY] = flip_info
 
         # --- errors -------------------------------------------------------------------------

@@ -12,13 +12,11 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..arith.fp32 import add, sub
 from ..bus.axi import AXI4Signature
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
-from ..widths import lowest_set, lt_const, named, onehot, zext
+from ..widths import lowest_set, lt_const, named, onehot
 from ..widths import select_bit as _bit
-from .cache_agent import TAG_BITS
 from .dcoh import ACC_REQ, LINE_BITS, grant_layout
 
 __all__ = ["DcohGate"]
@@ -32,6 +30,8 @@ _ADDR_FIELDS = ("id", "addr", "len", "size", "burst", "lock", "cache", "prot")
 
 def _at_or_above(m: Module, ptr, n: int, name: str) -> Signal:
     """``n`` bits, bit ``i`` set for ``i >= ptr``: the first half of a circular scan."""
+    # lt_const, not ``ptr <= i``: for a pointer of log2(n) bits the last bit's comparison
+    # is constant, which Verilator reports (CMPCONST); lt_const folds it.
     return named(m, Cat(*(lt_const(ptr, i + 1) for i in range(n))), name)
 
 
@@ -103,23 +103,23 @@ class _Path:
             *[getattr(mem_wr.data, f).eq(getattr(up, f"{ch}{f}")) for f in _ADDR_FIELDS],
         ]
         with m.If(self.g_take):
-            m.d.sync += [self.g_k.eq(add(self.g_k, 1, kb)),
-                         self.g_line.eq(add(self.g_line, 1, LINE_BITS))]
+            m.d.sync += [self.g_k.eq(self.g_k + 1),
+                         self.g_line.eq(self.g_line + 1)]
             with m.If(g_at_last):
                 m.d.sync += self.g_valid.eq(0)
         with m.If(hs):
             m.d.sync += [
                 self.g_valid.eq(1),
                 self.g_entry.eq(a_ptr),
-                self.g_line.eq(zext(getattr(up, f"{ch}addr")[_LINE_SHIFT:], LINE_BITS)),
+                self.g_line.eq(getattr(up, f"{ch}addr")[_LINE_SHIFT:]),
                 self.g_k.eq(0),
                 g_last.eq(length[:kb]),
-                a_ptr.eq(add(a_ptr, 1, eb)),
+                a_ptr.eq(a_ptr + 1),
             ]
             for e in range(n):
                 with m.If(a_oh[e]):
                     m.d.sync += [self.ids[e].eq(getattr(up, f"{ch}id")),
-                                 self.rem[e].eq(add(length[:kb], 1, cw)),
+                                 self.rem[e].eq(length[:kb] + 1),
                                  self.nok[e].eq(0)]
 
         # --- grants (driven by the gate): count them, store the handles ------------------
@@ -127,9 +127,9 @@ class _Path:
         self.grant_ok = Signal(name=f"{name}_grant_ok")
         for e in range(n):
             with m.If(self.grant_oh[e]):
-                m.d.sync += self.rem[e].eq(sub(self.rem[e], 1, cw))
+                m.d.sync += self.rem[e].eq(self.rem[e] - 1)
                 with m.If(self.grant_ok):
-                    m.d.sync += self.nok[e].eq(add(self.nok[e], 1, cw))
+                    m.d.sync += self.nok[e].eq(self.nok[e] + 1)
 
         # --- issue downstream, in allocation order ----------------------------------------
         granted = named(m, Cat(*(~r.any() for r in self.rem)), f"{name}_all_granted")
@@ -139,10 +139,10 @@ class _Path:
         self.issue_hs = named(m, en & self.gated_valid & self.down_ready,
                               f"{name}_issue_hs")
         i_oh = onehot(m, i_ptr, n, f"{name}_i_oh")
-        m.d.comb += mem_rd.addr.eq(Mux(self.issue_hs, add(i_ptr, 1, eb), i_ptr))
+        m.d.comb += mem_rd.addr.eq(Mux(self.issue_hs, i_ptr + 1, i_ptr))
         self.gated = {f: getattr(mem_rd.data, f) for f in _ADDR_FIELDS}
         with m.If(self.issue_hs):
-            m.d.sync += i_ptr.eq(add(i_ptr, 1, eb))
+            m.d.sync += i_ptr.eq(i_ptr + 1)
 
         # --- responses (driven by the gate): the oldest issued entry of that ID ----------
         self.resp_hs = Signal(name=f"{name}_resp_hs")
@@ -376,8 +376,7 @@ class DcohGate(wiring.Component):
                 up.wready.eq(down.wready),
                 down.wdata.eq(up.wdata), down.wstrb.eq(up.wstrb), down.wlast.eq(up.wlast),
             ]
-        m.d.sync += w_owed.eq(sub(add(w_owed, wr.issue_hs, len(w_owed)), w_last_hs,
-                                  len(w_owed)))
+        m.d.sync += w_owed.eq(w_owed + wr.issue_hs - w_last_hs)
 
         # --- R and B: unchanged; R last / B completes an entry ---------------------------
         m.d.comb += [
@@ -402,8 +401,8 @@ class DcohGate(wiring.Component):
             acc.valid.eq(rd.g_valid | wr.g_valid),
             acc.p.line.eq(Mux(sel_w, wr.g_line, rd.g_line)),
             acc.p.write.eq(sel_w),
-            acc.p.tag.eq(zext(Cat(Mux(sel_w, wr.g_k, rd.g_k),
-                                  Mux(sel_w, wr.g_entry, rd.g_entry), sel_w), TAG_BITS)),
+            acc.p.tag.eq(Cat(Mux(sel_w, wr.g_k, rd.g_k),
+                             Mux(sel_w, wr.g_entry, rd.g_entry), sel_w)),
             rd.g_take.eq(take & ~sel_w),
             wr.g_take.eq(take & sel_w),
         ]
@@ -450,7 +449,7 @@ class DcohGate(wiring.Component):
         p_nok = named(m, Array(rd.nok + wr.nok)[p_idx], "done_pick_nok")
         load = named(m, ~done.valid | done.ready, "done_load")
         pick = named(m, load & ~w_active & p_any, "done_pick_go")
-        last = named(m, add(w_k, 1, cw) == w_n, "done_last")
+        last = named(m, (w_k + 1)[:cw] == w_n, "done_last")
         freed = Signal(2 * n)
         picked = Signal(2 * n)
         p_oh = onehot(m, p_idx, 2 * n, "done_pick_oh")
@@ -462,19 +461,19 @@ class DcohGate(wiring.Component):
             h_rd.addr.eq(Mux(w_active, Cat(w_k[:kb], w_sel), Cat(C(0, kb), p_idx))),
             picked.eq(Mux(pick, p_oh, 0)),
             freed.eq(Mux(load & w_active & last, w_oh, 0) |
-                     Mux(pick & lt_const(p_nok, 2), p_oh, 0)),
+                     Mux(pick & (p_nok < 2), p_oh, 0)),
             rd.picked.eq(picked[:n]), wr.picked.eq(picked[n:]),
             rd.freed.eq(freed[:n]), wr.freed.eq(freed[n:]),
         ]
         with m.If(load):
             m.d.sync += done.valid.eq(w_active | (pick & p_nok.any()))
             with m.If(w_active):
-                m.d.sync += w_k.eq(add(w_k, 1, cw))
+                m.d.sync += w_k.eq(w_k + 1)
                 with m.If(last):
                     m.d.sync += w_active.eq(0)
         with m.If(pick):
-            m.d.sync += [w_ptr.eq(add(p_idx, 1, eb + 1)), w_sel.eq(p_idx), w_k.eq(1),
-                         w_n.eq(p_nok), w_active.eq(~lt_const(p_nok, 2))]
+            m.d.sync += [w_ptr.eq(p_idx + 1), w_sel.eq(p_idx), w_k.eq(1),
+                         w_n.eq(p_nok), w_active.eq(p_nok >= 2)]
 
         m.d.comb += self.o_busy.eq(Cat(*(p.alloc.any() | p.g_valid for p in paths)).any() |
                                    done.valid | w_active | w_owed.any() | w_buf.r_rdy)

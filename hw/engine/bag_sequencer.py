@@ -6,10 +6,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from hw.arith.fp32 import add, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 
-from ..widths import eq_const, is_int, lt_const
+from ..widths import is_int
 from .descriptor import MAX_DIM, DescKind, Descriptor, PoolMode, Status
 from .row_gather import ROW
 
@@ -42,8 +41,7 @@ _END_BITS = 50
 #: Buffer readers, by AXI ID.
 _RD_OFFSETS, _RD_INDICES, _RD_SCAN, _RD_WEIGHTS = range(4)
 
-#: States of the descriptor FSM, the count scan and the emitter (explicit encodings:
-#: ``m.FSM``'s state decode compares with shrunk constants, which fails the lint).
+#: States of the descriptor FSM, the count scan and the emitter (explicit encodings).
 (_ST_IDLE, _ST_CHECK_A, _ST_CHECK_B, _ST_VALIDATE, _ST_EMIT_START, _ST_EMIT, _ST_STATUS) = range(7)
 (_SC_IDLE, _SC_SKIP0, _SC_END, _SC_SCAN) = range(4)
 (_EM_IDLE, _EM_POP, _EM_EMPTY, _EM_ROWS) = range(4)
@@ -109,18 +107,18 @@ class _Reader(wiring.Component):
         n0 = Signal(7)
         n = Signal(7)
         after = Signal(_CREDIT_BITS)
-        room = Mux(self.fast, lt_const(after, _FLY_LINES + 1), lt_const(after, _BUF_LINES + 1))
+        room = Mux(self.fast, after <= _FLY_LINES, after <= _BUF_LINES)
         m.d.comb += [
-            page_left.eq(add(~line[:_LINE_SHIFT], 1, 7)),     # 64 - line offset in page
-            n0.eq(Mux(lt_const(lines_left, _BURST), lines_left[:7], _BURST)),
+            page_left.eq(~line[:_LINE_SHIFT] + 1),     # 64 - line offset in page
+            n0.eq(Mux(lines_left < _BURST, lines_left[:7], _BURST)),
             n.eq(Mux(page_left < n0, page_left, n0)),
-            after.eq(add(reserved, n, _CREDIT_BITS)),
+            after.eq(reserved + n),
             self.req.eq(lines_left.any() & ~self.flush & room),
             self.req_line.eq(line),
-            self.req_len.eq(sub(n, 1, 8)),
+            self.req_len.eq(n - 1),
         ]
         with m.If(self.grant):
-            m.d.sync += [line.eq(add(line, n, lb)), lines_left.eq(sub(lines_left, n, 29))]
+            m.d.sync += [line.eq(line + n), lines_left.eq(lines_left - n)]
 
         m.d.comb += [buf.w_en.eq(self.beat), buf.w_data.eq(self.data)]
 
@@ -131,39 +129,39 @@ class _Reader(wiring.Component):
         pop = Signal()
         m.d.comb += [
             avail.eq(buf.r_rdy & words_left.any() & ~self.flush),
-            last_line.eq(lt_const(words_left, _LINE_WORDS + 1)),
+            last_line.eq(words_left <= _LINE_WORDS),
             self.o_word.valid.eq(avail),
             self.o_line.valid.eq(avail),
             self.o_line.payload.data.eq(buf.r_data),
             self.o_line.payload.last.eq(last_line),
             take.eq(self.o_word.valid & self.o_word.ready),
             take_line.eq(self.o_line.valid & self.o_line.ready),
-            pop.eq((take & (ptr.all() | eq_const(words_left, 1))) | take_line
+            pop.eq((take & (ptr.all() | (words_left == 1))) | take_line
                    | (self.flush & buf.r_rdy)),
             buf.r_en.eq(pop),
         ]
         for k in range(_LINE_WORDS):    # word k belongs to the buffer: words_left > k
-            m.d.comb += self.o_line.payload.mask[k].eq(~lt_const(words_left, k + 1))
+            m.d.comb += self.o_line.payload.mask[k].eq(words_left > k)
         with m.Switch(ptr):     # a case per word: word_select's shift fails lint
             for k in range(_LINE_WORDS):
                 with m.Case(k):
                     m.d.comb += self.o_word.payload.eq(buf.r_data[32 * k:32 * (k + 1)])
         with m.If(take):
-            m.d.sync += [words_left.eq(sub(words_left, 1, 33)), ptr.eq(add(ptr, 1, 4))]
+            m.d.sync += [words_left.eq(words_left - 1), ptr.eq(ptr + 1)]
         with m.If(take_line):
-            m.d.sync += words_left.eq(Mux(last_line, 0, sub(words_left, _LINE_WORDS, 33)))
+            m.d.sync += words_left.eq(Mux(last_line, 0, words_left - _LINE_WORDS))
         granted = Signal(7)
         grown = Signal(_CREDIT_BITS)
         m.d.comb += [granted.eq(Mux(self.grant, n, 0)),
-                     grown.eq(add(reserved, granted, _CREDIT_BITS))]
-        m.d.sync += reserved.eq(sub(grown, pop, _CREDIT_BITS))
+                     grown.eq(reserved + granted)]
+        m.d.sync += reserved.eq(grown - pop)
 
         with m.If(self.flush):
             m.d.sync += [lines_left.eq(0), words_left.eq(0)]
         with m.If(self.start):
             m.d.sync += [
                 line.eq(self.base),
-                lines_left.eq(add(self.count, _LINE_WORDS - 1, 34)[4:33]),
+                lines_left.eq((self.count + (_LINE_WORDS - 1))[4:33]),
                 words_left.eq(self.count),
                 ptr.eq(0),
             ]
@@ -312,19 +310,19 @@ class BagSequencer(wiring.Component):
                         pmem.arlen.eq(r.req_len),
                     ]
         for i, r in enumerate(readers):
-            m.d.comb += [r.beat.eq(pmem.rvalid & eq_const(pmem.rid, i)),
+            m.d.comb += [r.beat.eq(pmem.rvalid & (pmem.rid == i)),
                          r.data.eq(pmem.rdata)]
 
         # --- the descriptor and its field checks ---------------------------------------
         d = Signal(Descriptor)
         status = Signal(8)
 
-        is_lookup = eq_const(d.kind, DescKind.LOOKUP.value)
-        is_update = eq_const(d.kind, DescKind.UPDATE.value)
-        mode_sum = eq_const(d.mode, PoolMode.SUM.value)
-        unsupported = (d.rsvd_flag | eq_const(d.mode, 3) | ~d.dim.any()
-                       | ~lt_const(d.dim, MAX_DIM + 1) | (d.weighted & ~mode_sum)
-                       | (is_update & eq_const(d.mode, PoolMode.MAX.value)))
+        is_lookup = d.kind == DescKind.LOOKUP.value
+        is_update = d.kind == DescKind.UPDATE.value
+        mode_sum = d.mode == PoolMode.SUM.value
+        unsupported = (d.rsvd_flag | (d.mode == 3) | ~d.dim.any()
+                       | (d.dim > MAX_DIM) | (d.weighted & ~mode_sum)
+                       | (is_update & (d.mode == PoolMode.MAX.value)))
         misaligned = (d.table_base[:_LINE_SHIFT].any() | d.indices_addr[:_LINE_SHIFT].any()
                       | d.offsets_addr[:_LINE_SHIFT].any() | d.data_addr[:_LINE_SHIFT].any()
                       | (d.weighted & d.weights_addr[:_LINE_SHIFT].any()))
@@ -332,8 +330,8 @@ class BagSequencer(wiring.Component):
         # Lines per vector: ceil(dim * 4 / 64) for fp32, ceil(dim * 2 / 64) for bf16.
         lpr_fp32 = Signal(9)
         lpr_bf16 = Signal(9)
-        m.d.comb += [lpr_fp32.eq(add(d.dim, 15, 17)[4:13]),
-                     lpr_bf16.eq(add(d.dim, 31, 17)[5:14])]
+        m.d.comb += [lpr_fp32.eq((d.dim + 15)[4:13]),
+                     lpr_bf16.eq((d.dim + 31)[5:14])]
         lpr_table = Mux(d.bf16, lpr_bf16, lpr_fp32)
         lpr_data = Mux(d.bf16 & is_lookup, lpr_bf16, lpr_fp32)
         # Registered in CHECK_A: the table and data sizes in lines (32 x 9 bits).
@@ -343,14 +341,14 @@ class BagSequencer(wiring.Component):
         mul_b = [_widen(m, d.num_bags, 41, "bags41"), _widen(m, lpr_data, 41, "lpr_d41")]
 
         num_offsets = Signal(33)
-        m.d.comb += num_offsets.eq(add(d.num_bags, d.include_last_offset, 33))
+        m.d.comb += num_offsets.eq(d.num_bags + d.include_last_offset)
 
         def fits(name, addr, size):
             """``addr + size <= 2**aw`` for a 48-bit address and a byte size."""
             end = Signal(_END_BITS, name=f"{name}_end")
-            m.d.comb += end.eq(add(addr, size, _END_BITS))
+            m.d.comb += end.eq(addr + size)
             high = end[aw:]
-            return ~high.any() | (eq_const(high, 1) & ~end[:aw].any())
+            return ~high.any() | ((high == 1) & ~end[:aw].any())
 
         in_range = (fits("table", d.table_base, Cat(C(0, _LINE_SHIFT), table_lines))
                     & fits("idx", d.indices_addr, Cat(C(0, 2), d.num_indices))
@@ -510,8 +508,8 @@ class BagSequencer(wiring.Component):
             end = Mux(last_bag, d.num_indices, rd_off.o_word.payload)
             m.d.comb += rd_off.o_word.ready.eq(~last_bag)
             with m.If(last_bag | rd_off.o_word.valid):
-                m.d.sync += [sc_raw.eq(sub(end, sc_pos, 32)),
-                             sc_left.eq(sub(end, sc_pos, 32)),
+                m.d.sync += [sc_raw.eq(end - sc_pos),
+                             sc_left.eq(end - sc_pos),
                              sc_cnt.eq(0), sc_pos.eq(end)]
                 m.d.sync += sc_state.eq(_SC_SCAN)
             with m.Else():
@@ -519,12 +517,12 @@ class BagSequencer(wiring.Component):
 
         def scan_done():
             """The bag is queued: on to the next one in the same cycle."""
-            m.d.sync += sc_bags_left.eq(sub(sc_bags_left, 1, 32))
-            with m.If(eq_const(sc_bags_left, 1)):
+            m.d.sync += sc_bags_left.eq(sc_bags_left - 1)
+            with m.If(sc_bags_left == 1):
                 m.d.sync += sc_done.eq(1)
                 m.d.sync += sc_state.eq(_SC_IDLE)
             with m.Else():
-                next_bag(eq_const(sc_bags_left, 2))
+                next_bag(sc_bags_left == 2)
 
         with m.Switch(sc_state):
             with m.Case(_SC_IDLE), m.If(start_emit):
@@ -534,11 +532,11 @@ class BagSequencer(wiring.Component):
                 with m.If(rd_off.o_word.valid):
                     m.d.sync += sc_state.eq(_SC_END)
             with m.Case(_SC_END):
-                next_bag(eq_const(sc_bags_left, 1))
+                next_bag(sc_bags_left == 1)
             with m.Case(_SC_SCAN):
                 counted = ~is_pad(rd_scan.o_word.payload)
-                cnt_next = add(sc_cnt, counted, 32)
-                last_word = eq_const(sc_left, 1)
+                cnt_next = (sc_cnt + counted)[:32]
+                last_word = sc_left == 1
                 with m.If(~sc_left.any()):      # an empty bag
                     m.d.comb += [bagq.w_en.eq(1), bagq.w_data.eq(Cat(sc_raw, sc_cnt))]
                     with m.If(bagq.w_rdy):
@@ -548,7 +546,7 @@ class BagSequencer(wiring.Component):
                     take = rd_scan.o_word.valid & (~last_word | bagq.w_rdy)
                     m.d.comb += rd_scan.o_word.ready.eq(~last_word | bagq.w_rdy)
                     with m.If(take):
-                        m.d.sync += [sc_left.eq(sub(sc_left, 1, 32)), sc_cnt.eq(cnt_next)]
+                        m.d.sync += [sc_left.eq(sc_left - 1), sc_cnt.eq(cnt_next)]
                         with m.If(last_word):
                             m.d.comb += [bagq.w_en.eq(1),
                                          bagq.w_data.eq(Cat(sc_raw, cnt_next))]
@@ -569,8 +567,8 @@ class BagSequencer(wiring.Component):
                 m.d.sync += em_state.eq(_EM_POP)
 
         def bag_done():
-            m.d.sync += em_bags_left.eq(sub(em_bags_left, 1, 32))
-            with m.If(eq_const(em_bags_left, 1)):
+            m.d.sync += em_bags_left.eq(em_bags_left - 1)
+            with m.If(em_bags_left == 1):
                 m.d.sync += em_done.eq(1)
                 m.d.sync += em_state.eq(_EM_IDLE)
             with m.Else():
@@ -596,12 +594,12 @@ class BagSequencer(wiring.Component):
                 m.d.comb += [rd_idx.o_word.ready.eq(step),
                              rd_w.o_word.ready.eq(step & d.weighted)]
                 with m.If(step):
-                    m.d.sync += em_left.eq(sub(em_left, 1, 32))
+                    m.d.sync += em_left.eq(em_left - 1)
                     with m.If(~pad):
                         emit(row=iw, row_k=em_k[:16],
-                             last_row=em_k == sub(em_cnt, 1, 32),
+                             last_row=em_k == (em_cnt - 1)[:32],
                              weight=weight, count=em_cnt[:16])
-                        m.d.sync += em_k.eq(add(em_k, 1, 32))
-                    with m.If(eq_const(em_left, 1)):
+                        m.d.sync += em_k.eq(em_k + 1)
+                    with m.If(em_left == 1):
                         bag_done()      # and the next bag in the same cycle
         return m

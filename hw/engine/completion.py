@@ -6,7 +6,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from hw.arith.fp32 import add, at_least, sub
+from hw.arith.fp32 import at_least
 from hw.bus.axi import AXI4Signature, AxiBurst
 from hw.cxl.cache_agent import WR_REQ, WR_RSP
 
@@ -56,7 +56,6 @@ RECORD = data.StructLayout({
     "rsvd2": _LINE_BITS - 288,
 })
 
-(_IDLE, _WAIT, _REC, _COMMIT) = range(4)
 
 #: Width of the write / B counters (modular; far more than the writes in flight).
 _COUNT_BITS = 16
@@ -142,7 +141,6 @@ class Completion(wiring.Component):
         aw = self._addr_width
         axi = self.pmem
         info = Signal(INFO)
-        state = Signal(range(_COMMIT + 1))
         got = Signal()                  # the sequencer's status is in ``status``
         status = Signal(8)
         bags = Signal(32)
@@ -182,9 +180,9 @@ class Completion(wiring.Component):
         with m.If(load):
             m.d.sync += [aw_pend.eq(1), w_pend.eq(1)]
         with m.If(load):
-            m.d.sync += w_count.eq(add(w_count, 1, _COUNT_BITS))
+            m.d.sync += w_count.eq(w_count + 1)
         with m.If(axi.bvalid):
-            m.d.sync += b_count.eq(add(b_count, 1, _COUNT_BITS))
+            m.d.sync += b_count.eq(b_count + 1)
         # Records written into GPU memory (cq_host) and their answers.
         hw_count = Signal(_COUNT_BITS)
         hb_count = Signal(_COUNT_BITS)
@@ -193,7 +191,7 @@ class Completion(wiring.Component):
         with m.If(rec.ready):
             m.d.sync += rec.valid.eq(0)
         with m.If(self.i_rec.valid):
-            m.d.sync += hb_count.eq(add(hb_count, 1, _COUNT_BITS))
+            m.d.sync += hb_count.eq(hb_count + 1)
 
         # --- a pooled line, its padding bytes zeroed: byte k of vector line j is kept
         # iff 64 * j + k < dim * element bytes, i.e. j < full, or j == full and k < part.
@@ -201,6 +199,7 @@ class Completion(wiring.Component):
         full = Signal(8)                # whole lines of a pooled vector
         part = Signal(_LINE_SHIFT)      # bytes of its last, partial line
         line = pooled.p.line
+        # at_least folds ``part > 63``, constant for 6 bits (Verilator's CMPCONST).
         keep = [(line < full) | ((line == full) & at_least(part, k + 1))
                 for k in range(_LINE_BITS // 8)]
         masked = Cat(*[pooled.p.data[8 * k:8 * k + 8] & keep[k].replicate(8)
@@ -223,8 +222,7 @@ class Completion(wiring.Component):
         slot = Signal(RING_ORDER_MAX)
         m.d.comb += slot.eq(info.seq[:RING_ORDER_MAX] & mask)
         rec_addr = Signal(aw)
-        m.d.comb += rec_addr.eq(add(self.cq_base & ~C(0x3F, aw),
-                                    Cat(C(0, _LINE_SHIFT), slot)[:aw], aw))
+        m.d.comb += rec_addr.eq((self.cq_base & ~C(0x3F, aw)) + (slot << _LINE_SHIFT))
 
         st = self.i_status
         error_now = st.valid & ~got & st.p.status.any()
@@ -234,9 +232,9 @@ class Completion(wiring.Component):
         entry = _DONE(done_q.w_data)
         m.d.comb += [
             self.head.eq(head_r),
-            entry.target.eq(Mux(self.cq_host, w_count,        # B count once every write's
-                                add(w_count, 1, _COUNT_BITS))),  # B (the record's, in PMEM)
-            entry.host_target.eq(Mux(self.cq_host, add(hw_count, 1, _COUNT_BITS), hw_count)),
+            entry.target.eq(Mux(self.cq_host, w_count,     # B count once every write's
+                                w_count + 1)),              # B (the record's, in PMEM)
+            entry.host_target.eq(Mux(self.cq_host, hw_count + 1, hw_count)),
             entry.status.eq(status),
             entry.seq.eq(info.seq),
             entry.kind.eq(info.kind),
@@ -247,8 +245,8 @@ class Completion(wiring.Component):
         m.d.comb += vec_bytes.eq(Mux(new.bf16, Cat(C(0, 1), new.dim, C(0, 1)),
                                      Cat(C(0, 2), new.dim)))
 
-        with m.Switch(state):
-            with m.Case(_IDLE):
+        with m.FSM(init="IDLE") as fsm:
+            with m.State("IDLE"):
                 m.d.comb += self.i_info.ready.eq(1)
                 with m.If(self.i_info.valid):
                     m.d.sync += [
@@ -261,16 +259,17 @@ class Completion(wiring.Component):
                         out_addr.eq(self.i_info.payload.data_addr[:aw]),
                         full.eq(vec_bytes[_LINE_SHIFT:_LINE_SHIFT + 8]),
                         part.eq(vec_bytes[:_LINE_SHIFT]),
-                        state.eq(_WAIT),
                     ]
-            with m.Case(_WAIT):
+                    m.next = "WAIT"
+            with m.State("WAIT"):
                 with m.If(~info.via_seq & info.commit):
-                    m.d.sync += state.eq(_COMMIT)
+                    m.next = "COMMIT"
                 with m.Elif(~info.via_seq):
-                    m.d.sync += state.eq(_REC)
+                    m.next = "REC"
                 with m.Elif(error_now):
                     m.d.comb += st.ready.eq(1)
-                    m.d.sync += [got.eq(1), status.eq(st.p.status), state.eq(_REC)]
+                    m.d.sync += [got.eq(1), status.eq(st.p.status)]
+                    m.next = "REC"
                 with m.Else():
                     with m.If(ok_now):
                         m.d.comb += st.ready.eq(1)
@@ -279,7 +278,7 @@ class Completion(wiring.Component):
                     with m.If(info.lookup):
                         more = bags != info.num_bags
                         with m.If(passed & ~more):
-                            m.d.sync += state.eq(_REC)
+                            m.next = "REC"
                         with m.Elif(more & can_load):
                             m.d.comb += [pooled.ready.eq(1), load.eq(pooled.valid)]
                             with m.If(pooled.valid):
@@ -287,32 +286,33 @@ class Completion(wiring.Component):
                                     awaddr.eq(out_addr),
                                     wdata.eq(masked),
                                     wstrb.eq(C((1 << (_LINE_BITS // 8)) - 1, _LINE_BITS // 8)),
-                                    out_addr.eq(add(out_addr, 1 << _LINE_SHIFT, aw)),
+                                    out_addr.eq(out_addr + (1 << _LINE_SHIFT)),
                                 ]
                                 with m.If(pooled.p.last):
                                     m.d.comb += self.bag_written.eq(1)
-                                    m.d.sync += bags.eq(add(bags, 1, 32))
+                                    m.d.sync += bags.eq(bags + 1)
                     with m.If(info.update & passed):
                         m.d.comb += self.i_done.ready.eq(1)
                         with m.If(self.i_done.valid):
                             m.d.sync += [
                                 rows_written.eq(self.i_done.p.rows_written),
                                 updates.eq(self.i_done.p.updates),
-                                state.eq(_REC),
                             ]
-            with m.Case(_COMMIT), m.If(can_load):
+                            m.next = "REC"
+            with m.State("COMMIT"), m.If(can_load):
                 m.d.comb += load.eq(1)
                 m.d.sync += [awaddr.eq(_COMMIT_WORD_ADDR), wdata.eq(info.commit_word),
-                             wstrb.eq(C(0xFF, _LINE_BITS // 8)), state.eq(_REC)]
-            with m.Case(_REC):
+                             wstrb.eq(C(0xFF, _LINE_BITS // 8))]
+                m.next = "REC"
+            with m.State("REC"):
                 with m.If(self.cq_host & (~rec.valid | rec.ready) & done_q.w_rdy):
                     m.d.comb += done_q.w_en.eq(1)
                     m.d.sync += [rec.valid.eq(1),
-                                 rec.p.address.eq(add(self.cq_host_line, slot, 46)),
+                                 rec.p.address.eq(self.cq_host_line + slot),
                                  rec.p.data.eq(record),
                                  rec.p.tag.eq(0),
-                                 hw_count.eq(add(hw_count, 1, _COUNT_BITS)),
-                                 state.eq(_IDLE)]
+                                 hw_count.eq(hw_count + 1)]
+                    m.next = "IDLE"
                 with m.Elif(~self.cq_host & can_load & done_q.w_rdy):
                     # The record is the descriptor's last write; all writes use one AXI
                     # ID, so its B arrives after every earlier one: the descriptor is
@@ -320,14 +320,15 @@ class Completion(wiring.Component):
                     # descriptor proceeds.
                     m.d.comb += [load.eq(1), done_q.w_en.eq(1)]
                     m.d.sync += [awaddr.eq(rec_addr), wdata.eq(record),
-                                 wstrb.eq(C((1 << (_LINE_BITS // 8)) - 1, _LINE_BITS // 8)),
-                                 state.eq(_IDLE)]
+                                 wstrb.eq(C((1 << (_LINE_BITS // 8)) - 1, _LINE_BITS // 8))]
+                    m.next = "IDLE"
 
         # --- completion in order, when the record's B has arrived -------------------------
         head_entry = _DONE(done_q.r_data)
         reached = Signal()
-        m.d.comb += reached.eq(~sub(b_count, head_entry.target, _COUNT_BITS)[-1]
-                               & ~sub(hb_count, head_entry.host_target, _COUNT_BITS)[-1])
+        # Reached when the counts' difference, modulo 2**_COUNT_BITS, is not negative.
+        m.d.comb += reached.eq(~(b_count - head_entry.target)[_COUNT_BITS - 1]
+                               & ~(hb_count - head_entry.host_target)[_COUNT_BITS - 1])
         m.d.comb += [
             done_q.r_en.eq(reached),
             self.complete.eq(done_q.r_rdy & reached),
@@ -336,8 +337,8 @@ class Completion(wiring.Component):
             self.kind.eq(head_entry.kind),
         ]
         with m.If(self.complete):
-            m.d.sync += head_r.eq(add(head_r, 1, 32))
+            m.d.sync += head_r.eq(head_r + 1)
 
-        m.d.comb += self.busy.eq(state.any() | done_q.r_rdy | (w_count != b_count)
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | done_q.r_rdy | (w_count != b_count)
                                  | (hw_count != hb_count))
         return m

@@ -6,7 +6,6 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from hw.arith.fp32 import add, at_least, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 
 from .descriptor import Descriptor
@@ -26,7 +25,7 @@ _LINE_SHIFT = 6
 def slot_mask(m: Module, order, name: str) -> Signal:
     """``2**min(order, RING_ORDER_MAX) - 1`` as a ``RING_ORDER_MAX``-bit signal."""
     mask = Signal(RING_ORDER_MAX, name=name)
-    m.d.comb += mask.eq(Cat(*[at_least(order, i + 1) for i in range(RING_ORDER_MAX)]))
+    m.d.comb += mask.eq(Cat(*[order > i for i in range(RING_ORDER_MAX)]))
     return mask
 
 
@@ -96,8 +95,7 @@ class DescFetch(wiring.Component):
         slot = Signal(RING_ORDER_MAX)
         m.d.comb += slot.eq(fetch_ptr[:RING_ORDER_MAX] & mask)
         slot_addr = Signal(aw)
-        m.d.comb += slot_addr.eq(add(self.ring_base & ~C(0x3F, aw),
-                                     Cat(C(0, _LINE_SHIFT), slot)[:aw], aw))
+        m.d.comb += slot_addr.eq((self.ring_base & ~C(0x3F, aw)) + (slot << _LINE_SHIFT))
 
         m.d.comb += [
             axi.arvalid.eq(ar_pend),
@@ -117,11 +115,11 @@ class DescFetch(wiring.Component):
             m.d.sync += ar_pend.eq(0)
         with m.If(issue):
             m.d.sync += [ar_pend.eq(1), araddr.eq(slot_addr),
-                         fetch_ptr.eq(add(fetch_ptr, 1, 32))]
+                         fetch_ptr.eq(fetch_ptr + 1)]
         with m.If(issue & ~take):
-            m.d.sync += used.eq(add(used, 1, credit_bits))
+            m.d.sync += used.eq(used + 1)
         with m.Elif(~issue & take):
-            m.d.sync += used.eq(sub(used, 1, credit_bits))
+            m.d.sync += used.eq(used - 1)
 
         beat = FETCHED(fifo.w_data)
         m.d.comb += [
@@ -135,5 +133,5 @@ class DescFetch(wiring.Component):
             self.busy.eq(used.any() | (fetch_ptr != self.tail)),
         ]
         with m.If(axi.rvalid):
-            m.d.sync += rseq.eq(add(rseq, 1, 32))
+            m.d.sync += rseq.eq(rseq + 1)
         return m

@@ -6,10 +6,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.arith.fp32 import add, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 
-from ..widths import eq_const
 from .row_gather import ROW
 from .scatter_update import ITEM
 
@@ -18,7 +16,7 @@ __all__ = ["GradFeed"]
 _LINE_BITS = 512
 _LINE_SHIFT = 6
 
-(_IDLE, _LOAD, _EMIT_RD, _EMIT_OUT, _FINISH) = range(5)
+
 
 
 class GradFeed(wiring.Component):
@@ -93,7 +91,7 @@ class GradFeed(wiring.Component):
         rd = ring.read_port(transparent_for=())
         wr = ring.write_port()
 
-        state = Signal(range(_FINISH + 1))
+        finishing = Signal()            # in FINISH: the UPDATE's end item
         # Ring pointers (one bit more than the ring's index): lines requested, received
         # and released; ``cons`` is the current bag's first line.
         req = Signal(rb + 1)
@@ -108,12 +106,12 @@ class GradFeed(wiring.Component):
         fin = Signal()
 
         held = Signal(rb + 1)           # lines received and not released
-        m.d.comb += held.eq(sub(rcv, cons, rb + 1))
+        m.d.comb += held.eq(rcv - cons)
         ar = Signal()
         # The reads go on after ``finish`` (the last bag may still want its lines), but
-        # not in _FINISH: every bag has had its row by then, so every line was asked for.
-        m.d.comb += ar.eq(pf_on & ~eq_const(state, _FINISH) & (pf_bag != self.num_bags)
-                          & ~sub(req, cons, rb + 1)[rb])     # fewer than 2**rb taken
+        # not in FINISH: every bag has had its row by then, so every line was asked for.
+        m.d.comb += ar.eq(pf_on & ~finishing & (pf_bag != self.num_bags)
+                          & ~(req - cons)[rb])     # fewer than 2**rb taken
         with m.If(self.finish):
             m.d.sync += fin.eq(1)
         with m.If(self.start):
@@ -132,66 +130,69 @@ class GradFeed(wiring.Component):
             wr.addr.eq(rcv[:rb]),
             wr.data.eq(axi.rdata),
             wr.en.eq(axi.rvalid.replicate(_LINE_BITS // 8)),
-            rd.addr.eq(add(cons, j, rb + 1)[:rb]),
+            rd.addr.eq((cons + j)[:rb]),
         ]
         with m.If(ar & axi.arready):
-            m.d.sync += [req.eq(add(req, 1, rb + 1)),
-                         pf_addr.eq(add(pf_addr, 1 << _LINE_SHIFT, aw))]
-            with m.If(add(pf_line, 1, 9) == self.glines):
-                m.d.sync += [pf_line.eq(0), pf_bag.eq(add(pf_bag, 1, 32))]
+            m.d.sync += [req.eq(req + 1),
+                         pf_addr.eq(pf_addr + (1 << _LINE_SHIFT))]
+            with m.If((pf_line + 1)[:9] == self.glines):
+                m.d.sync += [pf_line.eq(0), pf_bag.eq(pf_bag + 1)]
             with m.Else():
-                m.d.sync += pf_line.eq(add(pf_line, 1, 9))
+                m.d.sync += pf_line.eq(pf_line + 1)
         with m.If(axi.rvalid):
-            m.d.sync += rcv.eq(add(rcv, 1, rb + 1))
+            m.d.sync += rcv.eq(rcv + 1)
 
         m.d.comb += [
             out.p.row.eq(row.row),
             out.p.line.eq(j),
             out.p.weight.eq(row.weight),
             out.p.grad.eq(Mux(j < self.glines, rd.data, C(0, _LINE_BITS))),
-            out.p.last.eq(eq_const(state, _FINISH)),
-            out.p.nop.eq(eq_const(state, _FINISH)),
+            out.p.last.eq(finishing),
+            out.p.nop.eq(finishing),
         ]
 
         def release_bag(m):
-            m.d.sync += cons.eq(add(cons, self.glines, rb + 1))
+            m.d.sync += cons.eq(cons + self.glines)
 
-        with m.Switch(state):
-            with m.Case(_IDLE):
+        with m.FSM(init="IDLE") as fsm:
+            with m.State("IDLE"):
                 m.d.comb += rows.ready.eq(1)
                 with m.If(rows.valid):
                     m.d.sync += [row.eq(rows.p), j.eq(0), pf_on.eq(1)]
                     with m.If(rows.p.empty_bag | ~rows.p.row_k.any()):
-                        m.d.sync += state.eq(_LOAD)
+                        m.next = "LOAD"
                     with m.Else():
-                        m.d.sync += state.eq(_EMIT_RD)
+                        m.next = "EMIT_RD"
                 with m.Elif(fin):
-                    m.d.sync += state.eq(_FINISH)
+                    m.next = "FINISH"
             # Once the bag's lines are in the ring (glines <= max_glines < 2**rb: its
             # low rb + 1 bits are all of it); an empty bag only releases them.
-            with m.Case(_LOAD), m.If(held >= self.glines[:rb + 1]):
+            with m.State("LOAD"), m.If(held >= self.glines[:rb + 1]):
                 with m.If(row.empty_bag):
                     release_bag(m)
-                    m.d.sync += state.eq(_IDLE)
+                    m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += state.eq(_EMIT_RD)
-            with m.Case(_EMIT_RD):
-                m.d.sync += state.eq(_EMIT_OUT)
-            with m.Case(_EMIT_OUT):
+                    m.next = "EMIT_RD"
+            with m.State("EMIT_RD"):     # the ring read
+                m.next = "EMIT_OUT"
+            with m.State("EMIT_OUT"):    # the item register
                 m.d.comb += out.valid.eq(1)
                 with m.If(out.ready):
-                    with m.If(add(j, 1, 9) == self.items):
+                    with m.If((j + 1)[:9] == self.items):
                         with m.If(row.last_row):
                             release_bag(m)
-                        m.d.sync += state.eq(_IDLE)
+                        m.next = "IDLE"
                     with m.Else():
-                        m.d.sync += [j.eq(add(j, 1, 9)), state.eq(_EMIT_RD)]
-            with m.Case(_FINISH):
+                        m.d.sync += j.eq(j + 1)
+                        m.next = "EMIT_RD"
+            with m.State("FINISH"):
                 # Every read issued has returned: nothing is left to land in the ring
                 # of the next UPDATE.
                 m.d.comb += out.valid.eq(rcv == req)
                 with m.If(out.valid & out.ready):
-                    m.d.sync += [fin.eq(0), pf_on.eq(0), state.eq(_IDLE)]
+                    m.d.sync += [fin.eq(0), pf_on.eq(0)]
+                    m.next = "IDLE"
 
-        m.d.comb += self.busy.eq(state.any() | fin)    # not _IDLE (0)
+        m.d.comb += [finishing.eq(fsm.ongoing("FINISH")),
+                     self.busy.eq(~fsm.ongoing("IDLE") | fin)]
         return m

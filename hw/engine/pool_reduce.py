@@ -8,9 +8,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.arith import Fp32ToBf16, FpAdd, FpDiv, FpMax, FpMul
-from hw.arith.fp32 import add, at_least, lzc, shift_left, sub
+from hw.arith.fp32 import lzc, shift_left
 
-from ..widths import eq_const
 from .descriptor import PoolMode
 
 __all__ = ["CTRL", "LINE", "POOLED", "PoolReduce"]
@@ -272,9 +271,9 @@ class PoolReduce(wiring.Component):
         b_data = Signal(width, reset_less=True)
         m.d.sync += [a_data.eq(reads[0].data), b_data.eq(reads[0].data)]
         for p in range(1, parts):
-            with m.If(eq_const(rd.a_mem, p)):
+            with m.If(rd.a_mem == p):
                 m.d.sync += a_data.eq(reads[p].data)
-            with m.If(eq_const(rd.b_mem, p)):
+            with m.If(rd.b_mem == p):
                 m.d.sync += b_data.eq(reads[p].data)
 
         opd = ops[operand_at]
@@ -309,7 +308,7 @@ class PoolReduce(wiring.Component):
             m.d.comb += [
                 wp.addr.eq(res.addr),
                 wp.data.eq(results),
-                wp.en.eq(res.valid & res.write & eq_const(res.w_mem, p)),
+                wp.en.eq(res.valid & res.write & (res.w_mem == p)),
             ]
 
         # --- output side: FIFO (space reserved at issue), dividers, bf16, packer
@@ -325,9 +324,9 @@ class PoolReduce(wiring.Component):
         reserved = Signal(range(fifo_depth + 1))
         pop = Signal()
         with m.If((issue & issue_op.final) & ~pop):
-            m.d.sync += reserved.eq(add(reserved, 1, len(reserved)))
+            m.d.sync += reserved.eq(reserved + 1)
         with m.Elif(pop & ~(issue & issue_op.final)):
-            m.d.sync += reserved.eq(sub(reserved, 1, len(reserved)))
+            m.d.sync += reserved.eq(reserved - 1)
 
         self._elaborate_input(m, issue=issue, issue_op=issue_op, ops=ops, window=window,
                               credit=reserved != fifo_depth, muls=muls,
@@ -349,7 +348,7 @@ class PoolReduce(wiring.Component):
         beat = Signal(beat_bits + 1)                     # 0 .. S-1
         part = Signal(mem_bits)                          # row_k mod P
         # Partial of the next row: counted along the rows (row_k = 0, 1, 2, ...).
-        next_part = Mux(eq_const(part, parts - 1), 0, add(part, 1, mem_bits)) if parts > 1 else 0
+        next_part = Mux(part == parts - 1, 0, part + 1) if parts > 1 else 0
 
         # The bag being combined.
         combining = Signal()
@@ -364,11 +363,11 @@ class PoolReduce(wiring.Component):
         round_ = Signal(mem_bits)
         addr = Signal(addr_bits)
 
-        is_max = eq_const(ctrl.mode, PoolMode.MAX.value)
-        beat_last = Mux(ctrl.bf16, eq_const(beat, 2 * beats - 1), eq_const(beat, beats - 1))
-        row_done = add(cur.line, 1, 9) == ctrl.lines_per_row
+        is_max = ctrl.mode == PoolMode.MAX.value
+        beat_last = Mux(ctrl.bf16, beat == 2 * beats - 1, beat == beats - 1)
+        row_done = cur.line + 1 == ctrl.lines_per_row
         bag_done = cur.last_row & row_done & beat_last
-        fresh = ~at_least(cur.row_k, parts)
+        fresh = cur.row_k < parts
 
         # Elements of this beat, widened to fp32.
         terms = Signal(width)
@@ -449,15 +448,15 @@ class PoolReduce(wiring.Component):
         count = cur.count
         lz = lzc(m, count, "n_lz")
         norm = shift_left(m, count, lz, "n_norm")
-        exp = add(~lz[:4], 127, 8)                       # 127 + msb; n >= 1
-        multi = at_least(count, 2) if parts > 1 else C(0, 1)
-        rounds = Mux(at_least(count, parts), parts - 1,
-                     Mux(multi, sub(count[:mem_bits], 1, mem_bits), 1)) if parts > 1 else 1
-        lines_less_one = sub(ctrl.lines_per_row, 1, 9)[:8]
+        exp = (~lz[:4] + 127)[:8]                        # 127 + msb; n >= 1
+        multi = count >= 2 if parts > 1 else C(0, 1)
+        rounds = Mux(count >= parts, parts - 1,
+                     Mux(multi, (count[:mem_bits] - 1)[:mem_bits], 1)) if parts > 1 else 1
+        lines_less_one = (ctrl.lines_per_row - 1)[:8]
         with m.If(take_empty | (~combining & issue)):
             m.d.sync += [
                 bag_max.eq(is_max),
-                bag_mean.eq(eq_const(ctrl.mode, PoolMode.MEAN.value)),
+                bag_mean.eq(ctrl.mode == PoolMode.MEAN.value),
                 bag_bf16.eq(ctrl.bf16),
                 bag_empty.eq(cur.empty_bag),
                 bag_multi.eq(multi & ~cur.empty_bag),
@@ -476,9 +475,9 @@ class PoolReduce(wiring.Component):
                 with m.If(issue_op.final):
                     m.d.sync += combining.eq(0)
                 with m.Else():
-                    m.d.sync += round_.eq(add(round_, 1, mem_bits))
+                    m.d.sync += round_.eq(round_ + 1)
             with m.Else():
-                m.d.sync += addr.eq(add(addr, 1, addr_bits))
+                m.d.sync += addr.eq(addr + 1)
 
         m.d.comb += i.ready.eq(~cur_valid | consume)
         with m.If(i.valid & i.ready):
@@ -491,7 +490,7 @@ class PoolReduce(wiring.Component):
         with m.Elif(consume):
             m.d.sync += cur_valid.eq(0)
         with m.Elif(~combining & issue):
-            m.d.sync += beat.eq(add(beat, 1, len(beat)))
+            m.d.sync += beat.eq(beat + 1)
 
     def _elaborate_output(self, m, *, fifo, head, pop, divs, rnds):
         """Mean division (in order with the bypassing modes), bf16 rounding, packing."""
@@ -531,9 +530,9 @@ class PoolReduce(wiring.Component):
             fifo.r_en.eq(div_take | bypass),
         ]
         with m.If(div_take & ~div_out):
-            m.d.sync += in_div.eq(add(in_div, 1, len(in_div)))
+            m.d.sync += in_div.eq(in_div + 1)
         with m.Elif(div_out & ~div_take):
-            m.d.sync += in_div.eq(sub(in_div, 1, len(in_div)))
+            m.d.sync += in_div.eq(in_div - 1)
         with m.If(from_div):
             m.d.comb += [
                 stage_valid.eq(divs[0].o_result.valid),
@@ -571,7 +570,7 @@ class PoolReduce(wiring.Component):
         out_line = Signal(8)
         merged = Signal(LINE_BITS)
         for c in range(2 * beats):
-            here = Mux(beat.bf16, eq_const(pos, c), eq_const(pos, c // 2))
+            here = Mux(beat.bf16, pos == c, pos == c // 2)
             value = Mux(beat.bf16, narrow, beat.data[chunk * (c % 2):chunk * (c % 2 + 1)])
             m.d.comb += merged[chunk * c:chunk * (c + 1)].eq(
                 Mux(here, value, buf[chunk * c:chunk * (c + 1)]))
@@ -579,14 +578,14 @@ class PoolReduce(wiring.Component):
         for rnd in rnds:
             m.d.comb += rnd.o_result.ready.eq(beat_ready)
         with m.If(beat_valid & beat_ready):
-            m.d.sync += [buf.eq(merged), pos.eq(Mux(beat.line_end, 0, add(pos, 1, len(pos))))]
+            m.d.sync += [buf.eq(merged), pos.eq(Mux(beat.line_end, 0, pos + 1))]
             with m.If(beat.line_end):
                 m.d.sync += [
                     o.valid.eq(1),
                     o.p.data.eq(merged),
                     o.p.line.eq(out_line),
                     o.p.last.eq(beat.last),
-                    out_line.eq(Mux(beat.last, 0, add(out_line, 1, 8))),
+                    out_line.eq(Mux(beat.last, 0, out_line + 1)),
                 ]
             with m.Elif(o.ready):
                 m.d.sync += o.valid.eq(0)

@@ -8,10 +8,9 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.arith.fp32 import add, at_least, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 
-from ..widths import is_int, lt_const
+from ..widths import is_int
 from .pool_reduce import CTRL, LINE, LINE_BITS
 
 __all__ = ["ROW", "UNDO", "RowGather", "ctrl_layout"]
@@ -271,7 +270,7 @@ class RowGather(wiring.Component):
         if max_burst < _PAGE_LINES:
             # A burst also fits in the ROB: rows larger than the ROB stream through it.
             capped = Signal(burst_bits)
-            m.d.comb += capped.eq(Mux(at_least(page_left, max_burst + 1),
+            m.d.comb += capped.eq(Mux(page_left > max_burst,
                                       C(max_burst, burst_bits), page_left[:burst_bits]))
             page_left = capped
         whole = Signal()                # the rest of the row fits in one burst
@@ -282,8 +281,8 @@ class RowGather(wiring.Component):
                              Mux(whole, s1_left[:burst_bits], page_left)))
 
         used = Signal(ptr_bits)
-        m.d.comb += used.eq(sub(tail, head, ptr_bits))
-        room = ~at_least(add(used, k, max(ptr_bits, burst_bits) + 1), rob_lines + 1)
+        m.d.comb += used.eq(tail - head)
+        room = used + k <= rob_lines
         ar_free = ~pmem.arvalid | pmem.arready
         id_free = ~_bit(m, id_busy, next_id, "id_busy_at_next")
         go = Signal()
@@ -301,9 +300,9 @@ class RowGather(wiring.Component):
         ]
         with m.If(go):
             m.d.sync += [
-                tail.eq(add(tail, k, ptr_bits)),
-                s1_left.eq(sub(s1_left, k, 9)),
-                s1_addr.eq(add(s1_addr, Cat(C(0, _LINE_SHIFT), k), aw)),
+                tail.eq(tail + k),
+                s1_left.eq(s1_left - k),
+                s1_addr.eq(s1_addr + (k << _LINE_SHIFT)),
             ]
             with m.If(whole):
                 m.d.sync += s1_valid.eq(0)
@@ -314,16 +313,16 @@ class RowGather(wiring.Component):
                     pmem.arvalid.eq(1),
                     pmem.arid.eq(next_id),
                     pmem.araddr.eq(s1_addr),
-                    pmem.arlen.eq(sub(k, 1, 8)),
+                    pmem.arlen.eq(k - 1),
                     id_busy.bit_select(next_id, 1).eq(1),
-                    next_id.eq(add(next_id, 1, tag_bits)),
+                    next_id.eq(next_id + 1),
                 ]
 
         rows, ctrl = self.i_rows, self.i_ctrl
         m.d.comb += rows.ready.eq((~s1_valid | (go & whole)) & meta_fifo.w_rdy)
         offset = rows.p.row * ctrl.lines_per_row
         row_addr = Signal(aw)
-        m.d.comb += row_addr.eq(add(ctrl.table_base, Cat(C(0, _LINE_SHIFT), offset), aw))
+        m.d.comb += row_addr.eq(ctrl.table_base + (offset << _LINE_SHIFT))
         meta_in = _META(meta_fifo.w_data)
         m.d.comb += [
             meta_fifo.w_en.eq(rows.valid & rows.ready),
@@ -333,8 +332,7 @@ class RowGather(wiring.Component):
             meta_in.weight.eq(rows.p.weight),
             meta_in.empty_bag.eq(rows.p.empty_bag),
             meta_in.count.eq(rows.p.count),
-            meta_in.last_line.eq(Mux(rows.p.empty_bag, C(0, 8),
-                                     sub(ctrl.lines_per_row, 1, 8))),
+            meta_in.last_line.eq(Mux(rows.p.empty_bag, 0, ctrl.lines_per_row - 1)),
             meta_in.batch_id.eq(ctrl.batch_id),
             meta_in.table_id.eq(ctrl.table_id),
             meta_in.capture.eq(ctrl.capture),
@@ -373,7 +371,7 @@ class RowGather(wiring.Component):
             rob_wr.data.eq(r1_data),
             rob_wr.en.eq(r1_valid),
             slot_beat.addr.eq(r1_id),
-            slot_beat.data.eq(add(slot, 1, slot_bits)),
+            slot_beat.data.eq(slot + 1),
             slot_beat.en.eq(r1_valid),
         ]
         with m.If(r1_valid):
@@ -392,9 +390,10 @@ class RowGather(wiring.Component):
         m.submodules.undo_fifo = undo_fifo = SyncFIFOBuffered(width=UNDO.size,
                                                              depth=_UNDO_FIFO)
         undo_room = Signal()
-        m.d.comb += undo_room.eq(~meta.capture | meta.empty_bag | lt_const(
-            add(undo_fifo.level, o.valid & cur.capture & ~cur.empty_bag,
-                len(undo_fifo.level)), _UNDO_FIFO))
+        leaving = o.valid & cur.capture & ~cur.empty_bag
+        m.d.comb += undo_room.eq(~meta.capture | meta.empty_bag
+                                 | ((undo_fifo.level + leaving)[:len(undo_fifo.level)]
+                                    < _UNDO_FIFO))
         avail = (_bit(m, arrived, head[:slot_bits], "arrived_at_head") & meta_fifo.r_rdy
                  & undo_room)
         advance = ~o.valid | o.ready
@@ -408,14 +407,14 @@ class RowGather(wiring.Component):
                 m.d.sync += [
                     cur.eq(meta),
                     cur_line.eq(line),
-                    head.eq(add(head, 1, ptr_bits)),
+                    head.eq(head + 1),
                     arrived.bit_select(head[:slot_bits], 1).eq(0),
                 ]
                 with m.If(line == meta.last_line):
                     m.d.comb += meta_fifo.r_en.eq(1)
                     m.d.sync += line.eq(0)
                 with m.Else():
-                    m.d.sync += line.eq(add(line, 1, 8))
+                    m.d.sync += line.eq(line + 1)
         data_out = Signal(LINE_BITS)
         m.d.comb += [
             data_out.eq(Mux(cur.empty_bag, C(0, LINE_BITS), rob_rd.data)),
@@ -440,7 +439,7 @@ class RowGather(wiring.Component):
             item.line.eq(cur_line),
             item.data.eq(rob_rd.data),
             item.row_addr.eq(cur.row_addr),
-            item.n_lines.eq(add(cur.last_line, 1, 8)),
+            item.n_lines.eq(cur.last_line + 1),
             u.valid.eq(undo_fifo.r_rdy),
             u.payload.eq(undo_fifo.r_data),
             undo_fifo.r_en.eq(u.ready),

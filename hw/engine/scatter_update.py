@@ -7,7 +7,6 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.arith import Fp32ToBf16, FpAdd, FpMul
-from hw.arith.fp32 import add, at_least, sub
 from hw.bus.axi import AXI4Signature, AxiBurst
 
 __all__ = ["DONE", "EVICTED_BITS", "GLINE", "ITEM", "ScatterUpdate", "ctrl_layout"]
@@ -53,8 +52,7 @@ def ctrl_layout(addr_width: int) -> data.StructLayout:
 
 
 class _State(enum.Enum, shape=4):
-    """Controller states (a Switch, not ``m.FSM``, whose state comparisons are not
-    lint clean past 16 states)."""
+    """Controller states (a Switch over this enum)."""
     CLEAR = 0
     RUN = 1         # accept items, issue hits into the update pipeline
     DRAIN = 2       # after ``last``: wait for the pipeline to empty, then flush
@@ -270,7 +268,7 @@ class ScatterUpdate(wiring.Component):
         owed_bits = (2 * owed_max).bit_length()
         b_owed = Signal(owed_bits)          # write-back lines sent, B not yet received
         owed_high = Signal()
-        m.d.comb += owed_high.eq(at_least(b_owed, owed_max))
+        m.d.comb += owed_high.eq(b_owed >= owed_max)
         held = Signal(self._cache_rows)     # slots holding a row (tags valid)
         first_held = Signal(slot_bits)      # the lowest of them
         for k in reversed(range(self._cache_rows)):
@@ -297,10 +295,10 @@ class ScatterUpdate(wiring.Component):
         row_line = Signal(64)
         m.d.comb += row_line.eq(addr_row * lpr32)
         row_addr = Signal(aw)
-        m.d.comb += row_addr.eq(add(ctrl.table_base, Cat(C(0, 6), row_line), aw))
+        m.d.comb += row_addr.eq(ctrl.table_base + (row_line << 6))
         m.d.comb += [
-            axi.awaddr.eq(add(row_addr, Cat(C(0, 6), cnt), aw)),
-            axi.araddr.eq(add(row_addr, Cat(C(0, 6), cnt), aw)),
+            axi.awaddr.eq(row_addr + (cnt << 6)),
+            axi.araddr.eq(row_addr + (cnt << 6)),
         ]
         for p in ("aw", "ar"):
             m.d.comb += [
@@ -317,17 +315,17 @@ class ScatterUpdate(wiring.Component):
         ]
         aw_done = axi.awvalid & axi.awready
         with m.If(aw_done & ~axi.bvalid):
-            m.d.sync += b_owed.eq(add(b_owed, 1, owed_bits))
+            m.d.sync += b_owed.eq(b_owed + 1)
         with m.Elif(~aw_done & axi.bvalid):
-            m.d.sync += b_owed.eq(sub(b_owed, 1, owed_bits))
+            m.d.sync += b_owed.eq(b_owed - 1)
 
         # --- stage A: the cache line, the granules the item writes, the tag check
         # Granule ``g`` is bits 16g..16g+15 of the line. Lane ``e`` is a table element
         # iff 16 * line + e < dim; fp32 lane e is granules 2e, 2e+1; bf16 lane e of
         # half h is granule 16h + e.
         remaining = Signal(DIM_BITS + 1)
-        m.d.comb += remaining.eq(sub(ctrl.dim, Cat(C(0, 4), cur.line), DIM_BITS + 1))
-        live = [~remaining[DIM_BITS] & at_least(remaining[:DIM_BITS], e + 1)
+        m.d.comb += remaining.eq(ctrl.dim - (cur.line << 4))
+        live = [~remaining[DIM_BITS] & (remaining[:DIM_BITS] > e)
                 for e in range(LINE_ELEMS)]
         fp32_mask = Cat(*(live[g // 2] for g in range(2 * LINE_ELEMS)))
         bf16_mask = Cat(*(live[e] & ~half for e in range(LINE_ELEMS)),
@@ -381,7 +379,7 @@ class ScatterUpdate(wiring.Component):
         drop_inc = Signal(8)
         drop_take = Signal()
         m.d.comb += drop_take.eq(gl.valid & gl.ready & drop_left.any())
-        m.d.sync += drop_left.eq(sub(add(drop_left, drop_inc, 16), drop_take, 16))
+        m.d.sync += drop_left.eq(drop_left + drop_inc - drop_take)
 
         def overlaps(k):
             return (valid[k] & (meta[k].addr == a_meta.addr)
@@ -467,7 +465,7 @@ class ScatterUpdate(wiring.Component):
             with m.Case(_State.CLEAR):
                 # Invalidate every tag after reset (memories keep their content).
                 m.d.comb += [tag_wr.en.eq(1), tag_wr.data.eq(0)]
-                m.d.sync += slot.eq(add(slot, 1, slot_bits))
+                m.d.sync += slot.eq(slot + 1)
                 with m.If(slot.all()):
                     m.d.sync += state.eq(_State.RUN)
 
@@ -512,7 +510,7 @@ class ScatterUpdate(wiring.Component):
                         m.d.sync += [cur.eq(i.p), ctrl.eq(self.i_ctrl), a_valid.eq(1),
                                      slot.eq(i.p.row[:slot_bits]), accounted.eq(0)]
                         with m.If(~i.p.line.any()):
-                            m.d.sync += updates.eq(add(updates, 1, 32))
+                            m.d.sync += updates.eq(updates + 1)
 
             with m.Case(_State.DRAIN), m.If(~busy & ~drop_left.any()):
                 m.d.sync += [flushing.eq(1), state.eq(_State.F_NEXT)]
@@ -530,8 +528,8 @@ class ScatterUpdate(wiring.Component):
                 with m.If(axi.wready):
                     m.d.sync += w_pend.eq(0)
                 with m.If((~aw_pend | axi.awready) & (~w_pend | axi.wready)):
-                    m.d.sync += cnt.eq(add(cnt, 1, 7))
-                    with m.If(add(cnt, 1, 7) == lpr):
+                    m.d.sync += cnt.eq(cnt + 1)
+                    with m.If((cnt + 1)[:7] == lpr):
                         m.d.sync += state.eq(_State.WB_WAIT)
                     with m.Else():
                         m.d.sync += state.eq(_State.WB_READ)
@@ -539,7 +537,7 @@ class ScatterUpdate(wiring.Component):
                 # A miss's fill reads another row than the one written back, so it
                 # starts at once; a later fill from PMEM waits for these Bs (above). The
                 # flush goes on to the next slot and awaits every B at its end.
-                m.d.sync += rows_written.eq(add(rows_written, 1, 32))
+                m.d.sync += rows_written.eq(rows_written + 1)
                 with m.If(~flushing):
                     start_fill(m)
                 with m.Else():
@@ -567,10 +565,10 @@ class ScatterUpdate(wiring.Component):
                                  wr.data.eq(Mux(gfill, gl.p.data, axi.rdata)),
                                  wr.en.eq(take.replicate(2 * LINE_ELEMS))]
                 with m.If(axi.arvalid & axi.arready):
-                    m.d.sync += cnt.eq(add(cnt, 1, 7))
+                    m.d.sync += cnt.eq(cnt + 1)
                 with m.If(take):
-                    m.d.sync += r_cnt.eq(add(r_cnt, 1, 7))
-                    with m.If(add(r_cnt, 1, 7) == lpr):
+                    m.d.sync += r_cnt.eq(r_cnt + 1)
+                    with m.If((r_cnt + 1)[:7] == lpr):
                         m.d.comb += [tag_wr.en.eq(1), tag_wr.data.eq(Cat(cur.row, C(1, 1)))]
                         m.d.sync += [state.eq(_State.RETAG), held.bit_select(slot, 1).eq(1)]
             with m.Case(_State.RETAG):
