@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from hw.arith.fp32 import add, at_least, sub
 from hw.bus.axi import AXI4Signature
 from hw.bus.axi_arbiter import AxiArbiter
+from hw.bus.axi_to_cache import AxiToCache
 from hw.config import DeviceConfig
 
 from ..ckpt.formats import COMMIT_MAGIC
@@ -213,26 +214,15 @@ class Engine(wiring.Component):
         m.submodules.background = bg = AxiArbiter(
             addr_width=aw, data_width=_LINE_BITS, id_width=mid - 1, priorities=[0, 0])
         wiring.connect(m, logger.pmem, bg.m0)
-        wiring.connect(m, copier.pmem, bg.m1)
-        # MLP_SRC_HOST: the copier's single-beat reads (one ID, so in order) become
-        # CXL.cache reads of GPU memory at ``src_line`` + the offset; its writes stay.
+        # MLP_SRC_HOST: the copier's reads become CXL.cache reads of GPU memory at
+        # ``src_line`` + the offset; its writes stay.
         src_line = Signal(46)
-        cp = copier.pmem
-        with m.If(self.mlp_src_host):
-            m.d.comb += [
-                bg.m1.arvalid.eq(0),
-                self.o_cache_rd.valid.eq(cp.arvalid),
-                self.o_cache_rd.p.address.eq(add(src_line, cp.araddr[6:], 46)),
-                self.o_cache_rd.p.tag.eq(0),
-                cp.arready.eq(self.o_cache_rd.ready),
-                bg.m1.rready.eq(0),
-                cp.rvalid.eq(self.i_cache_rd.valid),
-                cp.rdata.eq(self.i_cache_rd.p.data),
-                cp.rid.eq(0),
-                cp.rresp.eq(Mux(self.i_cache_rd.p.error, 0b10, 0b00)),   # SLVERR
-                cp.rlast.eq(1),
-                self.i_cache_rd.ready.eq(cp.rready),
-            ]
+        m.submodules.copy_src = copy_src = AxiToCache(addr_width=aw, id_width=mid - 1)
+        wiring.connect(m, copier.pmem, copy_src.sub)
+        wiring.connect(m, copy_src.pmem, bg.m1)
+        wiring.connect(m, copy_src.o_rd, wiring.flipped(self.o_cache_rd))
+        wiring.connect(m, wiring.flipped(self.i_cache_rd), copy_src.i_rd)
+        m.d.comb += [copy_src.host.eq(self.mlp_src_host), copy_src.base_line.eq(src_line)]
         m.submodules.arbiter = arb = AxiArbiter(
             addr_width=aw, data_width=_LINE_BITS, id_width=mid,
             priorities=[_PRIORITY.get(name, 0) for name in _MANAGERS])
