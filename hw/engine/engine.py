@@ -14,11 +14,12 @@ from hw.config import DeviceConfig
 
 from ..ckpt.formats import COMMIT_MAGIC
 from ..ckpt.logger import UndoLogger
-from ..ckpt.mlp_copy import LINES_WIDTH, MlpCopier
+from ..ckpt.mlp_copy import MlpCopier
 from ..ckpt.recovery import Recovery
 from ..cxl.cache_agent import RD_REQ, RD_RSP, WR_REQ, WR_RSP
 from ..widths import eq_const, lt_const, zext
 from .bag_sequencer import STATUS, BagSequencer
+from .ckpt_control import CheckpointControl
 from .completion import INFO, Completion
 from .desc_fetch import RING_ORDER_MAX, DescFetch
 from .descriptor import DescKind, Descriptor, Status
@@ -40,6 +41,17 @@ _PRIORITY = {"background": 1}
 _QUEUE = 8
 #: Rows an UPDATE's gradient feed may lag the gather by (its input FIFO).
 _GRAD_ROWS = 16
+
+
+def _tie(m: Module, iface, block) -> None:
+    """Connects ``iface`` (an ``Out`` interface of one submodule) to the members of the
+    same names of ``block`` (flat ports of another), each in its direction."""
+    for name, member in iface.signature.members.items():
+        ours, theirs = getattr(iface, name), getattr(block, name)
+        if member.flow == Out:
+            m.d.comb += theirs.eq(ours)
+        else:
+            m.d.comb += ours.eq(theirs)
 
 
 def _ceil_div_pow2(value, shift: int, width: int):
@@ -211,18 +223,26 @@ class Engine(wiring.Component):
         # CQIDs, so a snapshot of GPU memory streams at the link's rate (at least 16).
         m.submodules.copier = copier = MlpCopier(addr_width=aw, id_width=mid - 1,
                                                  buffer_lines=max(16, cfg.cache_cqids))
+        m.submodules.ckpt = ckpt = CheckpointControl(addr_width=aw)
+        _tie(m, ckpt.copier, copier)
+        _tie(m, ckpt.recovery, recovery)
+        _tie(m, ckpt.logger, logger)
+        m.d.comb += [
+            ckpt.recover.eq(self.ck_recover),
+            ckpt.mlp_k.eq(self.ck_mlp_k),
+            ckpt.mlp_src_host.eq(self.mlp_src_host),
+        ]
         m.submodules.background = bg = AxiArbiter(
             addr_width=aw, data_width=_LINE_BITS, id_width=mid - 1, priorities=[0, 0])
         wiring.connect(m, logger.pmem, bg.m0)
         # MLP_SRC_HOST: the copier's reads become CXL.cache reads of GPU memory at
-        # ``src_line`` + the offset; its writes stay.
-        src_line = Signal(46)
+        # the copy's source line + the offset; its writes stay.
         m.submodules.copy_src = copy_src = AxiToCache(addr_width=aw, id_width=mid - 1)
         wiring.connect(m, copier.pmem, copy_src.sub)
         wiring.connect(m, copy_src.pmem, bg.m1)
         wiring.connect(m, copy_src.o_rd, wiring.flipped(self.o_cache_rd))
         wiring.connect(m, wiring.flipped(self.i_cache_rd), copy_src.i_rd)
-        m.d.comb += [copy_src.host.eq(self.mlp_src_host), copy_src.base_line.eq(src_line)]
+        m.d.comb += [copy_src.host.eq(self.mlp_src_host), copy_src.base_line.eq(ckpt.src_line)]
         m.submodules.arbiter = arb = AxiArbiter(
             addr_width=aw, data_width=_LINE_BITS, id_width=mid,
             priorities=[_PRIORITY.get(name, 0) for name in _MANAGERS])
@@ -259,62 +279,18 @@ class Engine(wiring.Component):
         too_big = at_least(d.dim, cfg.engine_max_dim + 1)
         executes = (is_lookup | is_update) & ~too_big
         serialising = eq_const(kind, DescKind.COMMIT.value) | eq_const(kind, DescKind.FENCE.value)
-        # --- checkpoint state (docs/checkpoint.md)
-        ck_on = Signal()                # the last recovery succeeded: logging and commits on
-        committed = Signal(32)
-        epoch = Signal(16)
-        cap_batch = Signal(32)          # batch of the last capturing LOOKUP
-        cap_valid = Signal()
-        is_commit = eq_const(kind, DescKind.COMMIT.value)
-        newer = Signal()                # the descriptor's batch is after the committed one
-        m.d.comb += newer.eq(d.batch_id > committed)
-        bad_batch = ck_on & ((is_commit & ~newer)
-                             | (is_update & (~newer | ~cap_valid | (d.batch_id != cap_batch))))
-        log_full = (ck_on & is_update & logger.overflow
-                    & (d.batch_id == logger.overflow_batch))
-        # MLP checkpoint state: the newest valid slot (3: none) and its batch, the newest
-        # batch requested (copied or being copied), the slot being written.
-        is_mlp = eq_const(kind, DescKind.MLP_CHECKPOINT.value)
-        mlp_slot = Signal(2, init=3)
-        mlp_batch = Signal(32)
-        mlp_req = Signal(32)
-        mlp_error = Signal()
-        cp_slot = Signal()
-        cp_batch = Signal(32)
-        mlp_len = d.num_indices         # MLP_CHECKPOINT: ``length`` in bytes
-        mlp_end = Signal(49)
-        m.d.comb += mlp_end.eq(add(d.data_addr, mlp_len, 49))
-        mlp_bad_batch = (d.batch_id > committed) | ~(d.batch_id > mlp_req)
-        mlp_misaligned = d.data_addr[:6].any() | mlp_len[:6].any()
-        mlp_range = (~mlp_len.any() | (mlp_len > recovery.mlp_slot_bytes)
-                     | (~self.mlp_src_host & at_least(mlp_end, (1 << aw) + 1)))
+        ck_on = ckpt.log_on
+        m.d.comb += [ckpt.desc.eq(d), ckpt.desc_valid.eq(f.valid)]
 
         pre = Signal(8)
         with m.If(~known):
             m.d.comb += pre.eq(Status.BAD_KIND.value)
-        with m.Elif(is_mlp):
-            with m.If(~ck_on):
-                m.d.comb += pre.eq(Status.UNSUPPORTED.value)
-            with m.Elif(mlp_bad_batch):
-                m.d.comb += pre.eq(Status.BAD_BATCH.value)
-            with m.Elif(mlp_misaligned):
-                m.d.comb += pre.eq(Status.MISALIGNED.value)
-            with m.Elif(mlp_range):
-                m.d.comb += pre.eq(Status.ADDR_RANGE.value)
-        with m.Elif(bad_batch):
-            m.d.comb += pre.eq(Status.BAD_BATCH.value)
-        with m.Elif(log_full):
-            m.d.comb += pre.eq(Status.LOG_FULL.value)
+        with m.Elif(ckpt.pre != Status.OK):
+            m.d.comb += pre.eq(ckpt.pre)
         with m.Elif(too_big & (is_lookup | is_update)):
             m.d.comb += pre.eq(Status.UNSUPPORTED.value)
         executes = executes & ~pre.any()
-        do_commit = ck_on & is_commit & ~pre.any()
-        do_copy = is_mlp & ~pre.any()
-        # COMMIT(b) waits while a copy runs and the newest valid checkpoint is older
-        # than b - K (the copy is what would bring it within K).
-        mlp_wait = Signal()
-        m.d.comb += mlp_wait.eq(do_commit & copier.busy
-                                & (sub(d.batch_id, mlp_batch, 32) > self.ck_mlp_k))
+        m.d.comb += ckpt.status.eq(pre)
 
         outstanding = Signal(8)         # dispatched, not completed
         lookups_out = Signal(8)         # LOOKUPs among them
@@ -336,7 +312,7 @@ class Engine(wiring.Component):
                           & (~is_update | ~lookups_out.any())
                           & (~executes | seq_ready)
                           & (~(is_update & executes & ck_on) | undo_drained)
-                          & ~(do_copy & copier.busy) & ~mlp_wait)
+                          & ~ckpt.hold)
         info = INFO(info_q.w_data)
         m.d.comb += [
             f.ready.eq(go),
@@ -354,8 +330,8 @@ class Engine(wiring.Component):
             info.data_addr.eq(d.data_addr),
             info.dim.eq(d.dim),
             info.bf16.eq(d.bf16),
-            info.commit.eq(do_commit),
-            info.commit_word.eq(Cat(d.batch_id, epoch, C(COMMIT_MAGIC, 16))),
+            info.commit.eq(ckpt.commit),
+            info.commit_word.eq(Cat(d.batch_id, ckpt.epoch, C(COMMIT_MAGIC, 16))),
         ]
         # Per sequencer: its descriptor. It holds one from the dispatch until its status
         # has gone on, exactly while it is not idle (``i_desc.ready`` low).
@@ -425,70 +401,13 @@ class Engine(wiring.Component):
         with m.Elif(done & eq_const(outstanding, 1) & ~go):
             m.d.sync += serial.eq(0)
 
-        # --- checkpoint: recovery command, commits, logger ---------------------------------
-        pend_commit = Signal()          # a COMMIT that writes the commit word is outstanding
-        pend_batch = Signal(32)
-        with m.If(go & do_commit):
-            m.d.sync += [pend_commit.eq(1), pend_batch.eq(d.batch_id)]
-        commit_done = done & pend_commit
-        with m.If(commit_done):
-            m.d.sync += [pend_commit.eq(0), committed.eq(pend_batch)]
-        with m.If(go & executes & is_lookup & d.capture_undo & ck_on):
-            m.d.sync += [cap_batch.eq(d.batch_id), cap_valid.eq(1)]
-
-        # --- MLP checkpoint copies into the slot not holding the newest checkpoint ------
-        target = Signal()
-        m.d.comb += target.eq(eq_const(mlp_slot, 0))    # slot 1 after slot 0, else 0
-        slot_base = Mux(target, recovery.mlp_slot1, recovery.mlp_slot0)
         m.d.comb += [
-            copier.start.eq(go & do_copy),
-            copier.src.eq(Mux(self.mlp_src_host, 0, d.data_addr[:aw])),
-            copier.dst.eq(slot_base),
-            copier.header_addr.eq(add(slot_base, recovery.mlp_slot_bytes, aw)),
-            copier.lines.eq(mlp_len[6:6 + LINES_WIDTH]),
-            copier.batch_id.eq(d.batch_id),
-        ]
-        with m.If(go & do_copy):
-            m.d.sync += [mlp_req.eq(d.batch_id), cp_slot.eq(target), cp_batch.eq(d.batch_id),
-                         mlp_error.eq(0), src_line.eq(d.data_addr[6:])]
-        with m.If(copier.done):
-            with m.If(copier.error):
-                m.d.sync += mlp_error.eq(1)
-            with m.Else():
-                m.d.sync += [mlp_slot.eq(cp_slot), mlp_batch.eq(cp_batch)]
-
-        idle = (~outstanding.any() & ~fetch.busy & ~recovery.busy & undo_drained
-                & ~copier.busy & ~f.valid)
-        rejected = Signal()
-        rec_start = self.ck_recover & idle
-        with m.If(self.ck_recover):
-            m.d.sync += rejected.eq(~idle)
-        with m.If(rec_start):
-            m.d.sync += [ck_on.eq(0), cap_valid.eq(0)]
-        rec_was_busy = Signal()
-        m.d.sync += rec_was_busy.eq(recovery.busy)
-        rec_finished = rec_was_busy & ~recovery.busy
-        restart = Signal()
-        rec_ok = ~recovery.status.as_value().any()
-        with m.If(rec_finished & rec_ok):
-            m.d.sync += [ck_on.eq(1), committed.eq(recovery.committed),
-                         epoch.eq(recovery.epoch)]
-            m.d.comb += restart.eq(1)
-        with m.If(rec_finished):
-            none = eq_const(recovery.mlp_slot, 3)
-            m.d.sync += [mlp_slot.eq(recovery.mlp_slot), mlp_error.eq(0),
-                         mlp_batch.eq(Mux(none, 0, recovery.mlp_batch)),
-                         mlp_req.eq(Mux(none, 0, recovery.mlp_batch))]
-        m.d.comb += [
-            recovery.start.eq(rec_start),
-            logger.enable.eq(ck_on),
+            ckpt.accept.eq(go),
+            ckpt.complete.eq(done),
+            ckpt.quiet.eq(~outstanding.any() & ~fetch.busy & undo_drained & ~f.valid),
             logger.log_base.eq(recovery.log_base),
             logger.log_slots_log2.eq(recovery.log_slots_log2),
             logger.slot_lines.eq(recovery.slot_lines),
-            logger.epoch.eq(epoch),
-            logger.commit.eq(commit_done),
-            logger.commit_batch.eq(pend_batch),
-            logger.restart.eq(restart),
         ]
         wiring.connect(m, gather.o_undo, logger.i_undo)
 
@@ -621,22 +540,22 @@ class Engine(wiring.Component):
             self.ev_busy.eq(outstanding.any()),
             self.ck_busy.eq(recovery.busy),
             self.ck_done.eq(recovery.done),
-            self.ck_on.eq(ck_on | (rec_finished & rec_ok)),   # as DONE rises
+            self.ck_on.eq(ckpt.on),
             self.ck_result.eq(recovery.status.as_value()),
             self.ck_log_full.eq(logger.full),
             self.ck_overflow.eq(logger.overflow),
-            self.ck_rejected.eq(rejected),
+            self.ck_rejected.eq(ckpt.rejected),
             self.ck_log_busy.eq(~undo_drained),
-            self.ck_committed.eq(committed),
-            self.ck_epoch.eq(epoch),
+            self.ck_committed.eq(ckpt.committed),
+            self.ck_epoch.eq(ckpt.epoch),
             self.ck_rolled_back.eq(recovery.rolled_back),
-            self.ck_mlp_slot.eq(mlp_slot),
-            self.ck_mlp_batch.eq(mlp_batch),
+            self.ck_mlp_slot.eq(ckpt.mlp_slot),
+            self.ck_mlp_batch.eq(ckpt.mlp_batch),
             self.ck_mlp_busy.eq(copier.busy),
-            self.ck_mlp_error.eq(mlp_error),
-            self.ck_mlp_lag.eq(ck_on & (sub(committed, mlp_batch, 32) > self.ck_mlp_k)),
+            self.ck_mlp_error.eq(ckpt.mlp_error),
+            self.ck_mlp_lag.eq(ckpt.mlp_lag),
             self.ev_mlp_line.eq(copier.ev_line),
-            self.ev_mlp_stall.eq(f.valid & mlp_wait),
+            self.ev_mlp_stall.eq(ckpt.ev_mlp_stall),
             self.ck_seq.eq(logger.seq),
             self.ck_overflow_batch.eq(logger.overflow_batch),
             self.ev_record.eq(logger.records),
