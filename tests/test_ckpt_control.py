@@ -21,6 +21,7 @@ import pytest
 from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
+from hw.ckpt.formats import COMMIT_MAGIC
 from hw.ckpt.recovery import MLP_NONE
 from hw.engine.ckpt_control import CheckpointControl
 from hw.engine.descriptor import DescKind, Descriptor, Status
@@ -91,6 +92,7 @@ class Reference:
         idle = i["quiet"] and not i["rec_busy"] and not i["cp_busy"]
         return {
             "commit": commit, "hold": (copy and i["cp_busy"]) or wait,
+            "commit_word": d["batch_id"] | self.epoch << 32 | COMMIT_MAGIC << 48,
             "ev_mlp_stall": i["desc_valid"] and wait,
             "cp_start": i["accept"] and copy, "cp_dst": base,
             "cp_header": (base + SLOT_BYTES) % (1 << self.aw),
@@ -205,8 +207,9 @@ def _run(seed: int, *, cycles: int, idle: float, src_host: float) -> dict:
             if host is not None:
                 ctx.set(dut.mlp_src_host, host)
             i["src_host"] = bool(ctx.get(dut.mlp_src_host))
-            ctx.set(dut.desc.as_value(), pack(Descriptor, i["desc"]))
-            for name in ("desc_valid", "mlp_k", "complete", "quiet", "recover"):
+            ctx.set(dut.dispatch.desc.as_value(), pack(Descriptor, i["desc"]))
+            ctx.set(dut.dispatch.desc_valid, i["desc_valid"])
+            for name in ("mlp_k", "complete", "quiet", "recover"):
                 ctx.set(getattr(dut, name), i[name])
             for name in ("busy", "done", "error"):
                 ctx.set(getattr(dut.copier, name), i[f"cp_{name}"])
@@ -218,29 +221,30 @@ def _run(seed: int, *, cycles: int, idle: float, src_host: float) -> dict:
             ctx.set(dut.logger.overflow_batch, overflow_batch)
             # The dispatcher: its own checks first, then the control's.
             d = i["desc"]
-            pre = ctx.get(dut.pre)
+            pre = ctx.get(dut.dispatch.pre)
             assert pre.value == ref.pre(d, i["src_host"], overflow, overflow_batch), cycle
             status = pre.value
             if d["kind"] > max(k.value for k in DescKind):
                 status = Status.BAD_KIND.value
             elif not status and d["kind"] in (1, 2) and rng.random() < 0.1:
                 status = Status.UNSUPPORTED.value       # as for a dim too large
-            ctx.set(dut.status.as_value(), status)
+            ctx.set(dut.dispatch.status.as_value(), status)
             i["status"] = status
             serialising = d["kind"] in (DescKind.COMMIT.value, DescKind.FENCE.value)
-            hold = ctx.get(dut.hold)
+            hold = ctx.get(dut.dispatch.hold)
             may = (desc is not None and not rec_busy and not hold
                    and not any(s for _, s in outstanding)
                    and (not serialising or not outstanding))
             i["accept"] = may and rng.random() < 0.7
-            ctx.set(dut.accept, i["accept"])
+            ctx.set(dut.dispatch.accept, i["accept"])
             want = ref.comb(i)
             got = {
-                "commit": dut.commit, "hold": dut.hold, "ev_mlp_stall": dut.ev_mlp_stall,
+                "commit": dut.dispatch.commit, "hold": dut.dispatch.hold,
+                "ev_mlp_stall": dut.ev_mlp_stall,
                 "cp_start": dut.copier.start, "rec_start": dut.recovery.start,
                 "log_enable": dut.logger.enable, "log_epoch": dut.logger.epoch,
                 "log_commit": dut.logger.commit, "log_restart": dut.logger.restart,
-                "log_on": dut.log_on, "on": dut.on, "rejected": dut.rejected,
+                "log_on": dut.dispatch.log_on, "on": dut.on, "rejected": dut.rejected,
                 "committed": dut.committed, "epoch": dut.epoch, "mlp_slot": dut.mlp_slot,
                 "mlp_batch": dut.mlp_batch, "mlp_error": dut.mlp_error,
                 "src_line": dut.src_line, "mlp_lag": dut.mlp_lag,
@@ -249,6 +253,8 @@ def _run(seed: int, *, cycles: int, idle: float, src_host: float) -> dict:
                 got |= {"cp_dst": dut.copier.dst, "cp_header": dut.copier.header_addr,
                         "cp_src": dut.copier.src, "cp_lines": dut.copier.lines,
                         "cp_batch_id": dut.copier.batch_id}
+            if want["commit"]:
+                got["commit_word"] = dut.dispatch.commit_word
             if want["log_commit"]:
                 got["log_commit_batch"] = dut.logger.commit_batch
             for name, sig in got.items():

@@ -6,21 +6,35 @@ See :class:`CheckpointControl`.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ..ckpt.formats import COMMIT_MAGIC
 from ..ckpt.mlp_copy import LINES_WIDTH
 from ..ckpt.recovery import MLP_NONE
 from ..ckpt.recovery import Status as RecoveryStatus
 from .descriptor import DescKind, Descriptor, Status
 
-__all__ = ["CheckpointControl", "copier_signature", "logger_signature",
-           "recovery_signature"]
+__all__ = ["CheckpointControl", "copier_signature", "dispatch_signature",
+           "logger_signature", "recovery_signature"]
 
 _LINE_SHIFT = 6
 #: Host line addresses are 46 bits (byte address bits 51:6).
 _HOST_LINE_BITS = 46
+
+
+def dispatch_signature() -> wiring.Signature:
+    """Between the dispatcher (its ``Out`` side) and the control, about the descriptor
+    at the head of the ring: ``desc`` / ``desc_valid``; ``pre``, the status of the
+    checkpoint checks; ``status``, the final status of every check; ``hold``, the
+    descriptor must wait; ``accept``, it is dispatched; ``commit``, it is a COMMIT that
+    writes ``commit_word``; ``log_on``, undo logging is on."""
+    return wiring.Signature({
+        "desc": Out(Descriptor), "desc_valid": Out(1), "status": Out(Status),
+        "accept": Out(1), "pre": In(Status), "hold": In(1), "commit": In(1),
+        "commit_word": In(64), "log_on": In(1),
+    })
 
 
 def copier_signature(addr_width: int) -> wiring.Signature:
@@ -83,13 +97,9 @@ class CheckpointControl(wiring.Component):
 
     Members
     -------
-    desc : ``In(Descriptor)``; desc_valid : ``In(1)``
-        The descriptor at the head of the ring.
-    pre : ``Out(Status)``
-    status : ``In(Status)``
-        The final pre-check status of ``desc`` (the dispatcher's checks and ``pre``).
-    hold, commit, accept, complete : ``Out(1)``, ``Out(1)``, ``In(1)``, ``In(1)``
-    quiet, recover : ``In(1)``
+    dispatch : ``In(dispatch_signature())``
+        From the dispatcher (:func:`dispatch_signature`).
+    complete, quiet, recover : ``In(1)``
     mlp_k : ``In(16)``; mlp_src_host : ``In(1)``
         ``CK_MLP_K`` and ``COH_CTRL.MLP_SRC_HOST``.
     src_line : ``Out(46)``
@@ -97,10 +107,8 @@ class CheckpointControl(wiring.Component):
     copier, recovery, logger : ``Out(copier_signature(addr_width))``, ...
         To the blocks (:func:`copier_signature`, :func:`recovery_signature`,
         :func:`logger_signature`).
-    log_on : ``Out(1)``
-        Logging is on (the state).
     on, rejected, committed, epoch, mlp_slot, mlp_batch, mlp_error, mlp_lag : ``Out``
-        ``CK_STATUS`` fields; ``on`` is ``log_on`` or a recovery succeeding this cycle.
+        ``CK_STATUS`` fields; ``on`` is ``dispatch.log_on`` or a recovery succeeding this cycle.
     ev_mlp_stall : ``Out(1)``
         ``desc`` is held by the lag rule.
     """
@@ -111,13 +119,7 @@ class CheckpointControl(wiring.Component):
                              f"{Descriptor['data_addr'].width}, not {addr_width}")
         self._addr_width = addr_width
         super().__init__({
-            "desc": In(Descriptor),
-            "desc_valid": In(1),
-            "pre": Out(Status),
-            "status": In(Status),
-            "hold": Out(1),
-            "commit": Out(1),
-            "accept": In(1),
+            "dispatch": In(dispatch_signature()),
             "complete": In(1),
             "quiet": In(1),
             "recover": In(1),
@@ -127,7 +129,6 @@ class CheckpointControl(wiring.Component):
             "copier": Out(copier_signature(addr_width)),
             "recovery": Out(recovery_signature(addr_width)),
             "logger": Out(logger_signature()),
-            "log_on": Out(1),
             "on": Out(1),
             "rejected": Out(1),
             "committed": Out(32),
@@ -144,14 +145,15 @@ class CheckpointControl(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         aw = self._addr_width
-        d, cp, rec, log = self.desc, self.copier, self.recovery, self.logger
-        on, committed, epoch = self.log_on, self.committed, self.epoch
+        dp, cp, rec, log = self.dispatch, self.copier, self.recovery, self.logger
+        d = dp.desc
+        on, committed, epoch = dp.log_on, self.committed, self.epoch
         mlp_slot, mlp_batch, mlp_error = self.mlp_slot, self.mlp_batch, self.mlp_error
         is_commit = d.kind == DescKind.COMMIT.value
         is_update = d.kind == DescKind.UPDATE.value
         is_lookup = d.kind == DescKind.LOOKUP.value
         is_mlp = d.kind == DescKind.MLP_CHECKPOINT.value
-        ok = self.status == Status.OK
+        ok = dp.status == Status.OK
 
         # --- batch rules of COMMIT and UPDATE
         cap_batch = Signal(32)          # batch of the last capturing LOOKUP
@@ -170,17 +172,17 @@ class CheckpointControl(wiring.Component):
                         | (~self.mlp_src_host & (d.data_addr + length > 2 ** aw)))
         with m.If(is_mlp):
             with m.If(~on):
-                m.d.comb += self.pre.eq(Status.UNSUPPORTED)
+                m.d.comb += dp.pre.eq(Status.UNSUPPORTED)
             with m.Elif(mlp_bad_batch):
-                m.d.comb += self.pre.eq(Status.BAD_BATCH)
+                m.d.comb += dp.pre.eq(Status.BAD_BATCH)
             with m.Elif(misaligned):
-                m.d.comb += self.pre.eq(Status.MISALIGNED)
+                m.d.comb += dp.pre.eq(Status.MISALIGNED)
             with m.Elif(out_of_range):
-                m.d.comb += self.pre.eq(Status.ADDR_RANGE)
+                m.d.comb += dp.pre.eq(Status.ADDR_RANGE)
         with m.Elif(bad_batch):
-            m.d.comb += self.pre.eq(Status.BAD_BATCH)
+            m.d.comb += dp.pre.eq(Status.BAD_BATCH)
         with m.Elif(log_full):
-            m.d.comb += self.pre.eq(Status.LOG_FULL)
+            m.d.comb += dp.pre.eq(Status.LOG_FULL)
 
         do_commit = on & is_commit & ok
         do_copy = is_mlp & ok
@@ -190,20 +192,21 @@ class CheckpointControl(wiring.Component):
         m.d.comb += commit_lag.eq(d.batch_id - mlp_batch)
         mlp_wait = do_commit & cp.busy & (commit_lag > self.mlp_k)
         m.d.comb += [
-            self.commit.eq(do_commit),
-            self.hold.eq((do_copy & cp.busy) | mlp_wait),
-            self.ev_mlp_stall.eq(self.desc_valid & mlp_wait),
+            dp.commit.eq(do_commit),
+            dp.commit_word.eq(Cat(d.batch_id, epoch, C(COMMIT_MAGIC, 16))),
+            dp.hold.eq((do_copy & cp.busy) | mlp_wait),
+            self.ev_mlp_stall.eq(dp.desc_valid & mlp_wait),
         ]
 
         # --- commits and undo capture
         pend_commit = Signal()          # a COMMIT that writes the commit word is outstanding
         pend_batch = Signal(32)
-        with m.If(self.accept & do_commit):
+        with m.If(dp.accept & do_commit):
             m.d.sync += [pend_commit.eq(1), pend_batch.eq(d.batch_id)]
         commit_done = self.complete & pend_commit
         with m.If(commit_done):
             m.d.sync += [pend_commit.eq(0), committed.eq(pend_batch)]
-        with m.If(self.accept & ok & is_lookup & d.capture_undo & on):
+        with m.If(dp.accept & ok & is_lookup & d.capture_undo & on):
             m.d.sync += [cap_batch.eq(d.batch_id), cap_valid.eq(1)]
 
         # --- MLP checkpoint copies into the slot not holding the newest checkpoint
@@ -213,14 +216,14 @@ class CheckpointControl(wiring.Component):
         m.d.comb += target.eq(mlp_slot == 0)
         slot_base = Mux(target, rec.mlp_slot1, rec.mlp_slot0)
         m.d.comb += [
-            cp.start.eq(self.accept & do_copy),
+            cp.start.eq(dp.accept & do_copy),
             cp.src.eq(Mux(self.mlp_src_host, 0, d.data_addr[:aw])),
             cp.dst.eq(slot_base),
             cp.header_addr.eq(slot_base + rec.mlp_slot_bytes),
             cp.lines.eq(length[_LINE_SHIFT:]),
             cp.batch_id.eq(d.batch_id),
         ]
-        with m.If(self.accept & do_copy):
+        with m.If(dp.accept & do_copy):
             m.d.sync += [mlp_req.eq(d.batch_id), cp_slot.eq(target), cp_batch.eq(d.batch_id),
                          mlp_error.eq(0), self.src_line.eq(d.data_addr[_LINE_SHIFT:])]
         with m.If(cp.done):
