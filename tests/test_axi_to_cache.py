@@ -66,7 +66,7 @@ def _run(seed: int, traffic: Traffic, phases: list[bool], *, idle: float, host_b
             writes = deque((rng.randrange(READ_SPAN, PMEM_SIZE, LINE), rng.getrandbits(512))
                            for _ in range(n_writes))
             expect: deque[tuple[int, int]] = deque()     # (data, resp) per read, in order
-            written: list[tuple[int, int]] = []
+            written: dict[int, int] = {}      # the last write of each line (one ID: in order)
             host_q: deque[list] = deque()                # [ready cycle, data, error]
             rsp = None
             ar = aw = w = None
@@ -125,7 +125,7 @@ def _run(seed: int, traffic: Traffic, phases: list[bool], *, idle: float, host_b
                     stats["host_reads" if host else "pmem_reads"] += 1
                     stats["errors"] += resp != 0
                 if aw is not None and aw_ok:
-                    written.append(aw)
+                    written[aw[0]] = aw[1]
                     aw = None
                     b_due += 1
                 if w is not None and w_ok:
@@ -133,7 +133,7 @@ def _run(seed: int, traffic: Traffic, phases: list[bool], *, idle: float, host_b
                 if bvalid and bready:
                     b_due -= 1
                     stats["writes"] += 1
-            for addr, data in written:
+            for addr, data in written.items():
                 assert model.read_line(addr) == data, f"write to {addr:#x} lost"
         assert model.outstanding == (0, 0)
         stats["cycles"] = port.cycle
