@@ -22,7 +22,8 @@ from .desc_fetch import RING_ORDER_MAX, DescFetch
 from .dispatcher import Dispatcher
 from .grad_feed import GradFeed
 from .pool_reduce import PoolReduce
-from .row_gather import ROW, RowGather
+from .row_fork import RowFork
+from .row_gather import RowGather
 from .scatter_update import ScatterUpdate
 from .sequencer_pool import SequencerPool
 
@@ -37,7 +38,7 @@ _MANAGERS = ("gather", "sequencer", "completion", "fetch", "grad", "scatter", "r
 _PRIORITY = {"background": 1}
 #: Descriptors dispatched and not yet completed that the completion queue holds.
 _QUEUE = 8
-#: Rows an UPDATE's gradient feed may lag the gather by (its input FIFO).
+#: Rows an UPDATE's gradient feed may lag the gather by (the fork's FIFO).
 _GRAD_ROWS = 16
 
 
@@ -276,41 +277,17 @@ class Engine(wiring.Component):
         ]
         wiring.connect(m, gather.o_undo, logger.i_undo)
 
-        # --- the sequencers' rows: to the gather (LOOKUP), or to the gather (counted
-        # rows only: it reads them ahead for the update) and the gradient feed (UPDATE),
-        # each side taking an item once.
-        # The feed's side goes through a FIFO, so that the gather reads rows ahead of the
-        # update by up to _GRAD_ROWS rows rather than by the one the fork holds.
-        rows = seqs.o_rows
-        is_update = rows.p.update
-        m.submodules.grad_rows = grad_rows = SyncFIFOBuffered(width=ROW.size,
-                                                              depth=_GRAD_ROWS)
-        took_g = Signal()
-        took_f = Signal()
-        skip_g = is_update & rows.p.row.empty_bag
-        g_ok = took_g | skip_g | gather.i_rows.ready
-        f_ok = took_f | grad_rows.w_rdy
+        # --- the sequencers' rows: to the gather, and an UPDATE's to the gradient feed
+        m.submodules.fork = fork = RowFork(addr_width=aw, grad_rows=_GRAD_ROWS)
+        wiring.connect(m, seqs.o_rows, fork.i_rows)
+        wiring.connect(m, fork.o_grad, grad.i_rows)
         m.d.comb += [
-            gather.i_rows.payload.eq(rows.p.row),
-            gather.i_ctrl.eq(rows.p.gather),
-            grad_rows.w_data.eq(rows.p.row),
-            gather.i_rows.valid.eq(rows.valid & ~took_g & ~skip_g),
-            grad_rows.w_en.eq(rows.valid & is_update & ~took_f),
-            rows.ready.eq(Mux(is_update, g_ok & f_ok, gather.i_rows.ready)),
+            gather.i_rows.valid.eq(fork.o_gather.valid),
+            gather.i_rows.payload.eq(fork.o_gather.p.row),
+            gather.i_ctrl.eq(fork.o_gather.p.gather),
+            fork.o_gather.ready.eq(gather.i_rows.ready),
+            fork.i_finish.eq(comp.upd_finish),
         ]
-        wiring.connect(m, grad_rows.r_stream, grad.i_rows)
-        with m.If(rows.valid & is_update):
-            with m.If(g_ok & f_ok):
-                m.d.sync += [took_g.eq(0), took_f.eq(0)]
-            with m.Else():
-                m.d.sync += [took_g.eq(g_ok), took_f.eq(f_ok)]
-        # The feed learns that the UPDATE's rows are over once the FIFO has handed it
-        # the last one (the status that ends them comes after the last row's transfer).
-        grad_fin = Signal()
-        with m.If(comp.upd_finish):
-            m.d.sync += grad_fin.eq(1)
-        with m.Elif(~grad_rows.level.any()):
-            m.d.sync += grad_fin.eq(0)
 
         # --- the gather's lines: pooled (LOOKUP) or scattered (UPDATE)
         lines = gather.o_lines
@@ -331,7 +308,7 @@ class Engine(wiring.Component):
             grad.num_bags.eq(upd.num_bags),
             grad.glines.eq(upd.glines),
             grad.items.eq(upd.items),
-            grad.finish.eq(grad_fin & (~grad_rows.level.any())),
+            grad.finish.eq(fork.finish),
             sc.table_base.eq(upd.table_base),
             sc.lines_per_row.eq(upd.lines_per_row),
             sc.bf16.eq(upd.bf16),
