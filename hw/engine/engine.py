@@ -15,6 +15,7 @@ from ..ckpt.logger import UndoLogger
 from ..ckpt.mlp_copy import MlpCopier
 from ..ckpt.recovery import Recovery
 from ..cxl.cache_agent import RD_REQ, RD_RSP, WR_REQ, WR_RSP
+from ..cxl.messages import LINE_BITS
 from .bag_sequencer import STATUS
 from .ckpt_control import CheckpointControl
 from .completion import Completion
@@ -29,7 +30,6 @@ from .sequencer_pool import SequencerPool
 
 __all__ = ["Engine"]
 
-_LINE_BITS = 512
 #: Managers behind the engine's PMEM arbiter, in arbiter order, and their priority
 #: classes (0 first): undo-log writes and MLP checkpoint copies share the last port
 #: (a second arbiter) and run in the background.
@@ -56,18 +56,26 @@ def _tie(m: Module, iface, block) -> None:
 class Engine(wiring.Component):
     """Executes the descriptors of the ring (``docs/embedding.md``).
 
-    **Structure.** :class:`~.desc_fetch.DescFetch` reads descriptors ahead; the
-    dispatcher here sends LOOKUP and UPDATE to :class:`~.bag_sequencer.BagSequencer`
-    (every check, then the row stream), whose rows go to
-    :class:`~.row_gather.RowGather` and :class:`~.pool_reduce.PoolReduce` for a LOOKUP;
-    for an UPDATE they go both to :class:`~.grad_feed.GradFeed`, whose gradient items
-    feed :class:`~.scatter_update.ScatterUpdate`, and to the gather, which reads the
-    rows ahead into the update's cache (counted rows only, never captured);
+    **Structure.** :class:`~.desc_fetch.DescFetch` reads descriptors ahead;
+    :class:`~.dispatcher.Dispatcher` checks them (with
+    :class:`~.ckpt_control.CheckpointControl` for the checkpoint rules) and sends LOOKUP
+    and UPDATE to :class:`~.sequencer_pool.SequencerPool`, whose
+    :class:`~.bag_sequencer.BagSequencer` s check them and emit their rows, merged in
+    ring order with each descriptor's settings. :class:`~.row_fork.RowFork` passes the
+    rows to :class:`~.row_gather.RowGather` and, for a LOOKUP, its lines to
+    :class:`~.pool_reduce.PoolReduce`; for an UPDATE the rows go both to
+    :class:`~.grad_feed.GradFeed`, whose gradient items feed
+    :class:`~.scatter_update.ScatterUpdate`, and to the gather, which reads the rows
+    ahead into the update's cache (counted rows only, never captured);
     :class:`~.completion.Completion` writes the pooled vectors and the completion
-    records in ring order and advances the head. One
-    :class:`~hw.bus.axi_arbiter.AxiArbiter` (round-robin, one class) shares the PMEM
-    port between the eight managers; each gets ``axi_id_width - 3`` ID bits (the
-    logger and the copier ``axi_id_width - 4`` each, behind their own arbiter).
+    records in ring order and advances the head. The checkpoint control drives the
+    :class:`~hw.ckpt.logger.UndoLogger`, :class:`~hw.ckpt.recovery.Recovery` and the
+    :class:`~hw.ckpt.mlp_copy.MlpCopier`, whose reads
+    :class:`~hw.bus.axi_to_cache.AxiToCache` turns into CXL.cache reads with
+    ``mlp_src_host``. One :class:`~hw.bus.axi_arbiter.AxiArbiter` (round-robin, one
+    class) shares the PMEM port between the eight managers; each gets
+    ``axi_id_width - 3`` ID bits (the logger and the copier ``axi_id_width - 4`` each,
+    behind their own arbiter).
 
     **Order.** The dispatcher pre-checks what the sequencer cannot know: an unknown
     ``kind`` (BAD_KIND), ``dim`` above ``engine_max_dim`` (UNSUPPORTED), the batch
@@ -120,7 +128,7 @@ class Engine(wiring.Component):
         self._config = config
         aw = config.pmem_addr_width
         super().__init__({
-            "pmem": Out(AXI4Signature(addr_width=aw, data_width=_LINE_BITS,
+            "pmem": Out(AXI4Signature(addr_width=aw, data_width=LINE_BITS,
                                       id_width=config.axi_id_width)),
             "ring_base": In(aw),
             "ring_order": In(5),
@@ -211,9 +219,9 @@ class Engine(wiring.Component):
         # the copy's source line + the offset; its writes stay.
         m.submodules.copy_src = copy_src = AxiToCache(addr_width=aw, id_width=mid - 1)
         m.submodules.background = bg = AxiArbiter(
-            addr_width=aw, data_width=_LINE_BITS, id_width=mid - 1, priorities=[0, 0])
+            addr_width=aw, data_width=LINE_BITS, id_width=mid - 1, priorities=[0, 0])
         m.submodules.arbiter = arb = AxiArbiter(
-            addr_width=aw, data_width=_LINE_BITS, id_width=mid,
+            addr_width=aw, data_width=LINE_BITS, id_width=mid,
             priorities=[_PRIORITY.get(name, 0) for name in _MANAGERS])
 
         # --- PMEM and CXL.cache ports
