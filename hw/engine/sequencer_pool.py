@@ -1,0 +1,221 @@
+"""The engine's bag sequencers and the ordered merge of their rows and statuses
+(``docs/embedding.md``).
+
+See :class:`SequencerPool`.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import C, Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..bus.axi import AXI4Signature
+from ..bus.axi_arbiter import AxiArbiter
+from ..cxl.messages import LINE_BITS
+from .bag_sequencer import STATUS, BagSequencer
+from .descriptor import DescKind, Descriptor
+from .row_gather import ROW, ctrl_layout
+
+__all__ = ["SequencerPool", "rows_layout", "update_layout"]
+
+#: fp32 and bf16 elements per 64-byte line, as shifts.
+_FP32_SHIFT, _BF16_SHIFT = 4, 5
+_LPR_BITS = 9
+
+
+def rows_layout(addr_width: int) -> data.StructLayout:
+    """A row of :class:`SequencerPool`'s output with the settings its consumers need:
+    the gather's (``gather``, :func:`~.row_gather.ctrl_layout`) and whether the row is
+    an UPDATE's (``update``)."""
+    return data.StructLayout({"row": ROW, "gather": ctrl_layout(addr_width), "update": 1})
+
+
+def update_layout(addr_width: int) -> data.StructLayout:
+    """The running UPDATE's settings for the gradient feed and the scatter:
+    ``glines`` fp32 gradient lines per row, ``items`` gradient items per row (lines of
+    16 elements, or half-lines of bf16), ``lines_per_row`` table lines per row."""
+    return data.StructLayout({
+        "table_base": addr_width, "data_addr": addr_width, "num_bags": 32, "dim": 16,
+        "bf16": 1, "weighted": 1, "lines_per_row": _LPR_BITS, "glines": _LPR_BITS,
+        "items": _LPR_BITS + 1,
+    })
+
+
+def _lines(m: Module, desc, name: str):
+    """Lines per row of ``desc``'s table, and fp32 / bf16 lines per vector."""
+    def ceil_lines(shift):
+        return desc.dim[shift:] + desc.dim[:shift].any()
+    fp32 = Signal(_LPR_BITS, name=f"{name}_lpr_fp32")
+    bf16 = Signal(_LPR_BITS, name=f"{name}_lpr_bf16")
+    table = Signal(_LPR_BITS, name=f"{name}_lpr")
+    m.d.comb += [fp32.eq(ceil_lines(_FP32_SHIFT)), bf16.eq(ceil_lines(_BF16_SHIFT)),
+                 table.eq(Mux(desc.bf16, bf16, fp32))]
+    return table, fp32, bf16
+
+
+class SequencerPool(wiring.Component):
+    """``sequencers`` :class:`~.bag_sequencer.BagSequencer` s taking descriptors in
+    turn, and a merge passing their rows and statuses on in the order the descriptors
+    came in.
+
+    **Order.** Descriptor ``k`` goes to sequencer ``k mod sequencers``, which checks it
+    and reads its indices while the sequencers before it still stream; its rows and
+    status go on only after the previous descriptor's status. The rows of whatever
+    follows an UPDATE wait until the UPDATE's writes are durable (``i_update_done``),
+    or until the UPDATE's status reports a failure (it then has no rows, and the scatter
+    never reports): later descriptors read what it wrote. As an UPDATE's turn begins,
+    ``update`` takes its settings and ``update_start`` pulses; ``route_update`` is high
+    from then until the next descriptor's turn begins (the lines the gather reads for
+    it go to the scatter).
+
+    **Context.** Every row carries its descriptor's settings (:func:`rows_layout`),
+    computed here once: table base, lines per row, batch and table, undo capture
+    (LOOKUPs with ``capture_undo``) and the pooling settings.
+
+    **Latency, throughput, backpressure.** Rows and statuses pass combinationally from
+    the sequencer whose turn it is (one per cycle); a turn begins the cycle after its
+    sequencer has taken its descriptor or the previous status has gone. ``i_desc.ready``
+    is the next sequencer's (high while it is idle). The sequencers share ``pmem``
+    through a round-robin :class:`~hw.bus.axi_arbiter.AxiArbiter` when there are
+    several, each with ``id_width - ceil(log2(sequencers))`` ID bits.
+
+    Parameters
+    ----------
+    addr_width, id_width : int
+        Of ``pmem``.
+    sequencers : int
+        At least 1.
+
+    Members
+    -------
+    i_desc : ``In(stream.Signature(Descriptor))``
+    o_rows : ``Out(stream.Signature(rows_layout(addr_width)))``
+    o_status : ``Out(stream.Signature(STATUS))``
+    update : ``Out(update_layout(addr_width))``
+    update_start, route_update : ``Out(1)``
+    i_update_done : ``In(1)``
+        The running UPDATE's writes are durable (one cycle).
+    pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
+    """
+
+    def __init__(self, *, addr_width: int, id_width: int, sequencers: int):
+        if sequencers < 1:
+            raise ValueError(f"sequencers must be at least 1, not {sequencers}")
+        seq_bits = (sequencers - 1).bit_length()
+        if id_width <= seq_bits:
+            raise ValueError(f"id_width must be above {seq_bits} for {sequencers} "
+                             f"sequencers, not {id_width}")
+        self._addr_width = addr_width
+        self._id_width = id_width
+        self._sequencers = sequencers
+        super().__init__({
+            "i_desc": In(stream.Signature(Descriptor)),
+            "o_rows": Out(stream.Signature(rows_layout(addr_width))),
+            "o_status": Out(stream.Signature(STATUS)),
+            "update": Out(update_layout(addr_width)),
+            "update_start": Out(1),
+            "route_update": Out(1),
+            "i_update_done": In(1),
+            "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
+                                      id_width=id_width)),
+        })
+
+    addr_width = property(lambda self: self._addr_width)
+    id_width = property(lambda self: self._id_width)
+    sequencers = property(lambda self: self._sequencers)
+
+    def elaborate(self, platform):
+        m = Module()
+        aw, n = self._addr_width, self._sequencers
+        seq_bits = (n - 1).bit_length()
+        seqs = [BagSequencer(addr_width=aw, id_width=self._id_width - seq_bits)
+                for _ in range(n)]
+        for k, s in enumerate(seqs):
+            m.submodules[f"sequencer{k}"] = s
+        if n > 1:
+            m.submodules.arbiter = arb = AxiArbiter(
+                addr_width=aw, data_width=LINE_BITS, id_width=self._id_width - seq_bits,
+                priorities=[0] * n)
+            for k, s in enumerate(seqs):
+                wiring.connect(m, s.pmem, getattr(arb, f"m{k}"))
+            wiring.connect(m, arb.sub, wiring.flipped(self.pmem))
+        else:
+            wiring.connect(m, seqs[0].pmem, wiring.flipped(self.pmem))
+
+        def next_of(index):
+            return Mux(index == n - 1, 0, index + 1)
+
+        # The sequencer the next descriptor goes to, and the one whose rows and status
+        # go on next (the same order). Each holds its descriptor from the hand-over until
+        # its status has gone on, exactly while it is not idle (``i_desc.ready`` low).
+        disp = Signal(max(1, seq_bits))
+        turn = Signal(max(1, seq_bits))
+        s_desc = [Signal(Descriptor, name=f"s{k}_desc") for k in range(n)]
+        i = self.i_desc
+        for k, s in enumerate(seqs):
+            with m.If(disp == k):
+                m.d.comb += [s.i_desc.valid.eq(i.valid), i.ready.eq(s.i_desc.ready)]
+            m.d.comb += s.i_desc.payload.eq(i.payload)
+            with m.If(i.valid & i.ready & (disp == k)):
+                m.d.sync += s_desc[k].eq(i.payload)
+        with m.If(i.valid & i.ready):
+            m.d.sync += disp.eq(next_of(disp))
+
+        cur = Signal(Descriptor)        # the descriptor of the turn's sequencer
+        held = Signal()                 # the turn's sequencer holds it
+        opened = Signal()               # the turn's rows and status may go on
+        upd_running = Signal()          # an UPDATE's rows went on; its writes not durable
+        rows, status = self.o_rows, self.o_status
+        for k, s in enumerate(seqs):
+            with m.If(turn == k):
+                m.d.comb += [
+                    cur.eq(s_desc[k]), held.eq(~s.i_desc.ready),
+                    rows.valid.eq(s.o_rows.valid & opened),
+                    rows.p.row.eq(s.o_rows.payload),
+                    s.o_rows.ready.eq(rows.ready & opened),
+                    status.valid.eq(s.o_status.valid & opened),
+                    status.payload.eq(s.o_status.payload),
+                    s.o_status.ready.eq(status.ready & opened),
+                ]
+        cur_update = cur.kind == DescKind.UPDATE.value
+        upd = Signal(Descriptor)        # the UPDATE whose items the scatter applies
+        m.d.sync += self.update_start.eq(0)
+        with m.If(held & ~opened & ~upd_running):
+            m.d.sync += [opened.eq(1), self.route_update.eq(cur_update)]
+            with m.If(cur_update):
+                m.d.sync += [upd.eq(cur), self.update_start.eq(1), upd_running.eq(1)]
+        status_out = status.valid & status.ready
+        with m.If(self.i_update_done | (status_out & cur_update & status.p.status.any())):
+            m.d.sync += upd_running.eq(0)
+        with m.If(status_out):
+            m.d.sync += [opened.eq(0), turn.eq(next_of(turn))]
+
+        lpr, _, _ = _lines(m, cur, "cur")
+        g = rows.p.gather
+        m.d.comb += [
+            rows.p.update.eq(cur_update),
+            g.table_base.eq(cur.table_base[:aw]),
+            g.lines_per_row.eq(lpr),
+            g.batch_id.eq(cur.batch_id),
+            g.table_id.eq(cur.table_id),
+            g.capture.eq(cur.capture_undo & ~cur_update),
+            g.pool.mode.eq(cur.mode),
+            g.pool.weighted.eq(cur.weighted),
+            g.pool.bf16.eq(cur.bf16),
+            g.pool.lines_per_row.eq(lpr),
+        ]
+        upd_lpr, upd_fp32, upd_bf16 = _lines(m, upd, "upd")
+        u = self.update
+        m.d.comb += [
+            u.table_base.eq(upd.table_base[:aw]),
+            u.data_addr.eq(upd.data_addr[:aw]),
+            u.num_bags.eq(upd.num_bags),
+            u.dim.eq(upd.dim),
+            u.bf16.eq(upd.bf16),
+            u.weighted.eq(upd.weighted),
+            u.lines_per_row.eq(upd_lpr),
+            u.glines.eq(upd_fp32),
+            u.items.eq(Mux(upd.bf16, Cat(C(0, 1), upd_bf16), upd_fp32)),
+        ]
+        return m

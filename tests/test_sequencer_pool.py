@@ -1,0 +1,243 @@
+# amaranth: UnusedElaboratable=no
+"""SequencerPool (hw/engine/sequencer_pool.py): several bag sequencers and the ordered
+merge, in the Amaranth simulator against :class:`tb.pmem.PmemModel`.
+
+Random LOOKUPs and UPDATEs (some failing their checks) go in on ``i_desc`` with random
+idle cycles; ``pmem`` has random backpressure and idle R cycles (:mod:`tests.axi_pmem`);
+``o_rows`` and ``o_status`` have random backpressure. The bench plays the scatter: some
+random time after an UPDATE's good status it pulses ``i_update_done``. Checked: the rows
+and statuses of all descriptors come out in the order the descriptors went in, each as
+the golden models say (``sim.embedding`` through :mod:`tests.test_bag_sequencer`); every
+row carries its descriptor's settings (lines per row from ``sim.embedding``); no row of
+the descriptor after a good UPDATE passes before the UPDATE's writes are reported
+durable; ``update_start`` pulses once per UPDATE as its turn begins, with ``update``
+holding its settings, and ``route_update`` marks exactly the UPDATE's rows; with several
+sequencers, descriptors are taken while earlier ones still stream. Passive checkers
+hold ``o_rows``, ``o_status`` and the AXI channels to the stream rules. Random tests
+print their seed; ``SEED=<n>`` replays one.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.hdl import ClockDomain, Module
+from amaranth.sim import Simulator
+
+from hw.engine.bag_sequencer import STATUS
+from hw.engine.descriptor import DescKind, pack_descriptor
+from hw.engine.sequencer_pool import SequencerPool, rows_layout, update_layout
+from sim.embedding import lines_per_row
+from tb.pmem import PmemModel, PmemTiming
+
+from .axi_pmem import ROUGH, SMOOTH, Traffic
+from .conftest import assert_lints_clean
+from .payload import unpack
+from .stream_rule import StreamRule
+from .test_bag_sequencer import ADDR_WIDTH, PMEM_SIZE, Alloc, Case, compare, random_case
+
+ID_WIDTH = 4
+
+
+class ReadPort:
+    """The sequencers' read-only AXI4 port served by ``model`` (bursts allowed), with
+    random ``arready`` and idle R cycles; AR held to the stream rule, writes refused."""
+
+    def __init__(self, port, model: PmemModel, rng: random.Random, traffic: Traffic):
+        self.port, self.model, self.rng, self.traffic = port, model, rng, traffic
+        self.cycle = 0
+        self.beat = None
+        self.rule = StreamRule("AR")
+
+    @property
+    def errors(self) -> list[str]:
+        return self.rule.errors
+
+    async def tick(self, ctx, *extra) -> tuple:
+        p, t, rng, model = self.port, self.traffic, self.rng, self.model
+        ctx.set(p.arready, not rng.random() < t.ar_bp)
+        if self.beat is None and not rng.random() < t.r_idle:
+            self.beat = model.r_beat(self.cycle)
+            if self.beat is not None:
+                for sig, value in zip((p.rid, p.rdata, p.rresp, p.rlast), self.beat,
+                                      strict=True):
+                    ctx.set(sig, int(value))
+        ctx.set(p.rvalid, self.beat is not None)
+        values = (await ctx.tick().sample(
+            p.arvalid, p.arready, p.arid, p.araddr, p.arlen, p.arsize, p.arburst, p.rready,
+            p.awvalid, p.wvalid, *extra))[2:]
+        arvalid, arready, *ar, rready, awvalid, wvalid = values[:10]
+        assert not awvalid and not wvalid, "the sequencers must not write"
+        self.rule.observe(self.cycle, arvalid, arready, tuple(ar))
+        if arvalid and arready:
+            model.accept_ar(ar[0], ar[1], ar[2], self.cycle, size=ar[3], burst=ar[4])
+        if self.beat is not None and rready:
+            model.r_accept(self.cycle)
+            self.beat = None
+        self.cycle += 1
+        return values[10:]
+
+
+def settings(f: dict) -> tuple[dict, dict]:
+    """The gather settings every row of descriptor ``f`` carries, and (for an UPDATE)
+    the ``update`` output as its turn begins."""
+    aw = (1 << ADDR_WIDTH) - 1
+    dtype = "bfloat16" if f["bf16"] else np.float32
+    lpr = lines_per_row(f["dim"], dtype)
+    update = f["kind"] == DescKind.UPDATE.value
+    gather = {"table_base": f["table_base"] & aw, "lines_per_row": lpr,
+              "batch_id": f["batch_id"], "table_id": f["table_id"],
+              "capture": int(f["capture_undo"] and not update),
+              "pool": {"mode": f["mode"], "weighted": f["weighted"], "bf16": f["bf16"],
+                       "lines_per_row": lpr}}
+    glines = lines_per_row(f["dim"], np.float32)
+    items = 2 * lines_per_row(f["dim"], "bfloat16") if f["bf16"] else glines
+    upd = {"table_base": f["table_base"] & aw, "data_addr": f["data_addr"] & aw,
+           "num_bags": f["num_bags"], "dim": f["dim"], "bf16": f["bf16"],
+           "weighted": f["weighted"], "lines_per_row": lpr, "glines": glines,
+           "items": items}
+    return gather, upd
+
+
+def nested(layout, value: int) -> dict:
+    """``value`` unpacked through ``layout``, struct members as dicts."""
+    out = {}
+    for name, member in layout:
+        v = (value >> member.offset) & ((1 << member.width) - 1)
+        shape = member.shape
+        out[name] = nested(shape, v) if hasattr(shape, "members") else v
+    return out
+
+
+def cases(rng: random.Random, n: int) -> list[Case]:
+    alloc = Alloc(rng)
+    out = []
+    for _ in range(n):
+        c = random_case(rng, alloc)
+        if rng.random() < 0.15:             # a descriptor failing its checks
+            if rng.random() < 0.5:
+                c.fields["rows"] = 0        # every index out of range
+            else:
+                c.fields["offsets_addr"] += 2   # misaligned (same buffer, same lines)
+        out.append(c)
+    return out
+
+
+def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
+         traffic: Traffic) -> dict:
+    rng = random.Random(seed)
+    dut = SequencerPool(addr_width=ADDR_WIDTH, id_width=ID_WIDTH, sequencers=sequencers)
+    model = PmemModel(size=PMEM_SIZE, rng=random.Random(seed + 1),
+                      timing=PmemTiming(read_latency=12, jitter=12))
+    port = ReadPort(dut.pmem, model, rng, traffic)
+    descs = cases(rng, n)
+    for c in descs:
+        c.write(model)
+    want = [e for c in descs for e in c.expected()]
+    rules = [StreamRule("o_rows"), StreamRule("o_status")]
+    got: list[tuple] = []
+    stats = {"overlap": 0}
+    rows_l, upd_l = rows_layout(ADDR_WIDTH), update_layout(ADDR_WIDTH)
+
+    async def bench(ctx):
+        queue = [int.from_bytes(pack_descriptor(**c.fields), "little") for c in descs]
+        cur = None
+        taken = 0                   # descriptors taken
+        out = 0                     # descriptors whose status went out
+        started = -1                # the descriptor of the last update_start pulse
+        done_at = None              # cycle to pulse i_update_done
+        durable_at = None           # cycle of the last done pulse
+        gate = False                # rows after a good UPDATE wait for its done pulse
+        while out < len(descs):
+            assert port.cycle < 300_000, "hang"
+            if cur is None and queue and not rng.random() < idle:
+                cur = queue.pop(0)
+                ctx.set(dut.i_desc.payload.as_value(), cur)
+            ctx.set(dut.i_desc.valid, cur is not None)
+            ctx.set(dut.o_rows.ready, not rng.random() < bp)
+            ctx.set(dut.o_status.ready, not rng.random() < bp)
+            pulse = done_at is not None and port.cycle >= done_at
+            ctx.set(dut.i_update_done, pulse)
+            (d_ready, r_valid, r_ready, r_p, s_valid, s_ready, s_p, start, upd, route
+             ) = await port.tick(
+                ctx, dut.i_desc.ready, dut.o_rows.valid, dut.o_rows.ready,
+                dut.o_rows.payload.as_value(), dut.o_status.valid, dut.o_status.ready,
+                dut.o_status.payload.as_value(), dut.update_start, dut.update.as_value(),
+                dut.route_update)
+            cycle = port.cycle
+            where = f"cycle {cycle}, seed {seed}"
+            rules[0].observe(cycle, r_valid, r_ready, r_p)
+            rules[1].observe(cycle, s_valid, s_ready, s_p)
+            if cur is not None and d_ready:
+                cur = None
+                taken += 1
+                if taken - out > 1:
+                    stats["overlap"] += 1
+            f = descs[out].fields if out < len(descs) else None
+            if start:
+                assert f and f["kind"] == DescKind.UPDATE.value and started < out, where
+                assert nested(upd_l, upd) == settings(f)[1], f"update settings ({where})"
+                started = out
+            if r_valid and r_ready:
+                assert not gate, f"a row passed before the UPDATE was durable ({where})"
+                row = nested(rows_l, r_p)
+                gather, _ = settings(f)
+                assert row["gather"] == gather, f"row settings ({where})"
+                assert row["update"] == route == (f["kind"] == DescKind.UPDATE.value), where
+                if f["kind"] == DescKind.UPDATE.value:
+                    assert started == out, f"UPDATE rows before update_start ({where})"
+                got.append(("row", row["row"]))
+            if s_valid and s_ready:
+                status = unpack(STATUS, s_p)["status"]
+                got.append(("status", status))
+                if f["kind"] == DescKind.UPDATE.value:
+                    assert started == out, f"UPDATE without update_start ({where})"
+                    if status == 0:
+                        gate = True
+                        done_at = cycle + rng.randint(0, 20)
+                out += 1
+            if pulse:
+                done_at, durable_at, gate = None, cycle, False
+        stats["cycles"] = port.cycle
+        stats["durable_pulses"] = durable_at is not None
+
+    top = Module()
+    top.domains.sync = ClockDomain("sync")
+    top.submodules.dut = dut
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    errors = port.errors + [e for r in rules for e in r.errors]
+    assert not errors, "\n".join(errors[:10])
+    compare(got, want)
+    assert model.outstanding == (0, 0)
+    return stats
+
+
+@pytest.mark.parametrize("sequencers", [1, 2, 3])
+@pytest.mark.parametrize("traffic, idle, bp", [(SMOOTH, 0.0, 0.0), (ROUGH, 0.3, 0.3)],
+                         ids=["smooth", "rough"])
+def test_rows_in_order_with_context(seed, sequencers, traffic, idle, bp):
+    """Random descriptors: the merge's order, the rows' settings, the UPDATE gate."""
+    stats = _run(seed, sequencers, n=40, idle=idle, bp=bp, traffic=traffic)
+    assert stats["durable_pulses"]
+    if sequencers > 1:
+        assert stats["overlap"], "no descriptor was taken while an earlier one streamed"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"addr_width": 24, "id_width": 4, "sequencers": 0}, "sequencers must be at least 1, not 0"),
+    ({"addr_width": 24, "id_width": 2, "sequencers": 3},
+     "id_width must be above 2 for 3 sequencers, not 2"),
+])
+def test_rejects_bad_parameters(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SequencerPool(**kwargs)
+
+
+def test_verilog_lints_clean(tmp_path):
+    dut = SequencerPool(addr_width=48, id_width=5, sequencers=3)
+    assert_lints_clean(dut, "sequencer_pool_s3", tmp_path)
