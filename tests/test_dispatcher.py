@@ -83,7 +83,7 @@ def _run(seed: int, *, queue: int, n_desc: int, idle: float, bp: float) -> dict:
         infos: deque[dict] = deque()        # INFO expected, not yet taken from o_info
         inner, out_valid = 0, False         # the queue (a SyncFIFOBuffered): its parts
         running: deque[list] = deque()      # [kind, cycles left], dispatched, not complete
-        log_on, stop_left, hold_left = False, 0, 0
+        log_on, stop_left, hold_left = True, 0, 0
         undo_busy, undo_left = 0, 0         # LOOKUPs whose undo is not durable; drain time
         gap = 0                             # cycles the driver pauses (the ring runs dry)
         for cycle in range(200_000):
@@ -171,7 +171,7 @@ def _run(seed: int, *, queue: int, n_desc: int, idle: float, bp: float) -> dict:
                 k, _ = running.popleft()
                 if k == 1:
                     undo_busy -= 1
-                    undo_left = max(undo_left, rng.randint(0, 12))
+                    undo_left = max(undo_left, rng.randint(0, 30))
             elif undo_left:
                 undo_left -= 1
             stop_left = max(0, stop_left - 1)
