@@ -18,13 +18,12 @@ import random
 from collections import deque
 
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from hw.bus.axi import AxiBurst, AxiResp
 from hw.bus.axi_to_cache import AxiToCache
 from tb.pmem import PmemModel, PmemTiming
 
+from .amaranth_sim import simulate
 from .axi_pmem import ROUGH, SMOOTH, AxiPmemPort, Traffic
 from .conftest import assert_lints_clean
 from .stream_rule import StreamRule
@@ -138,13 +137,7 @@ def _run(seed: int, traffic: Traffic, phases: list[bool], *, idle: float, host_b
         assert model.outstanding == (0, 0)
         stats["cycles"] = port.cycle
 
-    top = Module()
-    top.domains.sync = ClockDomain("sync")
-    top.submodules.dut = dut
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     errors = port.errors + [e for r in rules.values() for e in r.errors]
     assert not errors, "\n".join(errors[:10])
     return stats

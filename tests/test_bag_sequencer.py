@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from hw.engine.bag_sequencer import STATUS, BagSequencer
 from hw.engine.descriptor import DescKind, PoolMode, Status, pack_descriptor
@@ -29,6 +27,7 @@ from hw.engine.row_gather import ROW
 from sim.embedding import bags, lines_per_row, random_bags, validate
 from tb.pmem import PmemModel, PmemTiming
 
+from .amaranth_sim import simulate
 from .conftest import assert_lints_clean
 from .payload import unpack
 from .stream_rule import StreamRule
@@ -264,13 +263,7 @@ class TB:
             result["cycles"] = cycle
             result["in_flight"] = model.outstanding
 
-        top = Module()
-        top.domains.sync = ClockDomain("sync")
-        top.submodules.dut = dut
-        sim = Simulator(top)
-        sim.add_clock(1e-8)
-        sim.add_testbench(bench)
-        sim.run()
+        simulate(dut, bench)
         errors = [e for c in checks for e in c.errors]
         assert not errors, "\n".join(errors[:10])
         compare(got, want)

@@ -18,14 +18,13 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from hw.ckpt.formats import COMMIT_MAGIC
 from hw.ckpt.recovery import MLP_NONE
 from hw.engine.ckpt_control import CheckpointControl
 from hw.engine.descriptor import DescKind, Descriptor, Status
 
+from .amaranth_sim import simulate
 from .conftest import assert_lints_clean
 from .payload import pack
 
@@ -295,13 +294,7 @@ def _run(seed: int, *, cycles: int, idle: float, src_host: float) -> dict:
                        "rec_committed": rng.getrandbits(8), "rec_epoch": rng.getrandbits(16),
                        "rec_mlp_slot": slot, "rec_mlp_batch": rng.getrandbits(8)}
 
-    top = Module()
-    top.domains.sync = ClockDomain("sync")
-    top.submodules.dut = dut
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     return seen
 
 

@@ -17,12 +17,11 @@ import struct
 from dataclasses import dataclass, field
 
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from hw.ckpt.logger import UNDO_IN, UndoLogger, filter_index
 from tb.pmem import PmemModel, PmemTiming
 
+from .amaranth_sim import simulate
 from .conftest import assert_lints_clean
 from .payload import pack
 from .stream_rule import StreamRule
@@ -337,13 +336,7 @@ def run(dut: UndoLogger, model: PmemModel, script: list, *, log2: int, slot_line
             cycle += 1
         res.cycles = cycle
 
-    top = Module()
-    top.domains.sync = ClockDomain("sync")
-    top.submodules.dut = dut
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     errors += [e for c in checks.values() for e in c.errors]
     assert not errors, "\n".join(errors[:10])
     return res

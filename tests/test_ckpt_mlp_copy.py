@@ -14,13 +14,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from hw.ckpt.mlp_copy import MlpCopier
 from sim.ckpt import encode_mlp_slot, mlp_slot_valid
 from tb.pmem import PmemModel, PmemTiming
 
+from .amaranth_sim import simulate
 from .axi_pmem import ROUGH, SMOOTH, AxiPmemPort, Traffic
 from .conftest import assert_lints_clean
 
@@ -67,13 +66,7 @@ def _copies(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
                             "aws": port.aws[first_aw:], "writes_open_at_header": hdr_b_before})
         assert model.outstanding == (0, 0), "done with transactions outstanding"
 
-    top = Module()
-    top.domains.sync = ClockDomain("sync")
-    top.submodules.dut = dut
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     assert not port.errors, "\n".join(port.errors[:10])
     return results
 

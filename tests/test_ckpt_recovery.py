@@ -18,8 +18,6 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from hw.ckpt.formats import (
     COMMIT_WORD_ADDR,
@@ -42,6 +40,7 @@ from sim.ckpt import (
 )
 from tb.pmem import PmemModel, PmemTiming
 
+from .amaranth_sim import simulate
 from .axi_pmem import ROUGH, SMOOTH, Traffic
 from .conftest import assert_lints_clean
 from .stream_rule import StreamRule
@@ -147,13 +146,7 @@ def run(model: PmemModel, *, seed: int, traffic: Traffic = SMOOTH, max_reads: in
         out["cycles"] = cycle
         out["writes"] = list(zip(aws, ws, strict=True))
 
-    top = Module()
-    top.domains.sync = ClockDomain("sync")
-    top.submodules.dut = dut
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     errors = [e for c in checks.values() for e in c.errors]
     assert not errors, "\n".join(errors[:10])
     return None if out.get("failed") else out

@@ -23,13 +23,12 @@ import random
 from collections import deque
 
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from hw.engine.completion import INFO
 from hw.engine.descriptor import DescKind, Descriptor, Status
 from hw.engine.dispatcher import Dispatcher
 
+from .amaranth_sim import simulate
 from .conftest import assert_lints_clean
 from .payload import pack, unpack
 from .stream_rule import StreamRule
@@ -193,13 +192,7 @@ def _run(seed: int, *, queue: int, n_desc: int, idle: float, bp: float) -> dict:
         else:
             raise AssertionError("hang")
 
-    top = Module()
-    top.domains.sync = ClockDomain("sync")
-    top.submodules.dut = dut
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     errors = [e for r in rules for e in r.errors]
     assert not errors, "\n".join(errors[:10])
     return blocked

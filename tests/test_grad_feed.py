@@ -17,12 +17,11 @@ from __future__ import annotations
 import random
 
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from hw.engine.grad_feed import GradFeed
 from tb.pmem import PmemModel, PmemTiming
 
+from .amaranth_sim import simulate
 from .axi_pmem import ROUGH, SMOOTH, AxiPmemPort, Traffic
 from .conftest import assert_lints_clean
 
@@ -128,13 +127,7 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
             assert model.outstanding == (0, 0), "reads in flight after the last item"
             got.append((items, cycles))
 
-    top = Module()
-    top.domains.sync = ClockDomain("sync")
-    top.submodules.dut = dut
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     assert not port.errors, "\n".join(port.errors[:10])
     # Every line of every gradient buffer read exactly once, nothing else read.
     want = sorted(job["data_addr"] + i * LINE for job in jobs

@@ -18,13 +18,12 @@ import random
 from collections import deque
 
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from hw.engine.row_fork import RowFork
 from hw.engine.row_gather import ROW
 from hw.engine.sequencer_pool import rows_layout
 
+from .amaranth_sim import simulate
 from .conftest import assert_lints_clean
 from .payload import pack
 from .stream_rule import StreamRule
@@ -115,13 +114,7 @@ def _run(seed: int, descs: list[tuple[bool, list[int]]], *, grad_rows: int, idle
             await step(ctx)
         assert stats["finishes"] == sum(upd for upd, _ in descs), "a finish too many"
 
-    top = Module()
-    top.domains.sync = ClockDomain("sync")
-    top.submodules.dut = dut
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     errors = [e for r in rules for e in r.errors]
     assert not errors, "\n".join(errors[:10])
     assert not want_g and not want_f, f"left: {len(want_g)} gather, {len(want_f)} grad"

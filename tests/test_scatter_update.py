@@ -27,8 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from hw.engine.scatter_update import DONE, ITEM, ScatterUpdate, ctrl_layout
 from sim.embedding import (
@@ -45,6 +43,7 @@ from sim.embedding import (
 )
 from tb.pmem import PmemModel, PmemTiming
 
+from .amaranth_sim import simulate
 from .conftest import assert_lints_clean
 from .payload import pack, unpack
 from .stream_rule import StreamRule
@@ -303,13 +302,7 @@ def run(dut: ScatterUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
             "gathered lines left over at the end")
         cycles[0] = cycle
 
-    top = Module()
-    top.domains.sync = ClockDomain("sync")
-    top.submodules.dut = dut
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     errors = [e for c in checks.values() for e in c.errors]
     assert not errors, "\n".join(errors[:10])
     return dones, cycles[0]

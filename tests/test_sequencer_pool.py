@@ -23,8 +23,6 @@ import random
 
 import numpy as np
 import pytest
-from amaranth.hdl import ClockDomain, Module
-from amaranth.sim import Simulator
 
 from hw.engine.bag_sequencer import STATUS
 from hw.engine.descriptor import DescKind, pack_descriptor
@@ -32,6 +30,7 @@ from hw.engine.sequencer_pool import SequencerPool, rows_layout, update_layout
 from sim.embedding import lines_per_row
 from tb.pmem import PmemModel, PmemTiming
 
+from .amaranth_sim import simulate
 from .axi_pmem import ROUGH, SMOOTH, Traffic
 from .conftest import assert_lints_clean
 from .payload import unpack
@@ -203,13 +202,7 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
         stats["cycles"] = port.cycle
         stats["durable_pulses"] = durable_at is not None
 
-    top = Module()
-    top.domains.sync = ClockDomain("sync")
-    top.submodules.dut = dut
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     errors = port.errors + [e for r in rules for e in r.errors]
     assert not errors, "\n".join(errors[:10])
     compare(got, want)
