@@ -29,6 +29,7 @@ from amaranth.sim import Simulator
 
 from hw.bus.axi import AxiBurst
 from hw.bus.axi_arbiter import AxiArbiter
+from sim.lint import WAIVERS
 from tb.pmem import LINE_BYTES, PmemModel, PmemTiming, strb_mask
 
 from .stream_rule import StreamRule
@@ -593,8 +594,8 @@ def test_full_throughput_uncontended(registered):
 
 # --- generated Verilog ------------------------------------------------------------------------
 
-LINT = ["--lint-only", "-Wall", "-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME",
-        "-Wno-CASEINCOMPLETE"]
+#: The project's lint: -Wall with the waivers for Amaranth's output (sim/lint.py).
+LINT = ["--lint-only", "-Wall", *WAIVERS]
 
 
 @pytest.mark.parametrize("priorities", [(0, 0, 1), (0,), (1, 0), (3, 1, 2, 0, 0, 1, 2, 2)],
