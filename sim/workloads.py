@@ -48,12 +48,13 @@ __all__ = [
     "get_workload",
 ]
 
-#: Device clock the cycle counts refer to, from the platform the training flow runs on
-#: (``sim/platform.py``, ``docs/platform.md``).
-DEVICE_CLOCK_HZ = get_platform(DEFAULT_PLATFORM).device_clock_hz
+#: The platform the training flow runs on (``sim/platform.py``, ``docs/platform.md``).
+_PLATFORM = get_platform(DEFAULT_PLATFORM)
+#: Device clock the cycle counts refer to.
+DEVICE_CLOCK_HZ = _PLATFORM.device_clock_hz
 #: Effective GPU fp32 throughput on small-batch DLRM MLPs (see the module docstring).
-GPU_FLOPS = get_platform(DEFAULT_PLATFORM).gpu_flops
-GPU_FLOPS_PER_CYCLE = get_platform(DEFAULT_PLATFORM).gpu_flops_per_cycle
+GPU_FLOPS = _PLATFORM.gpu_flops
+GPU_FLOPS_PER_CYCLE = _PLATFORM.gpu_flops_per_cycle
 
 #: How the number of indices of a bag is drawn (see :class:`Workload`).
 POOLING_KINDS = ("fixed", "poisson", "multi-hot")
