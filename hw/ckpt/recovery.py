@@ -167,7 +167,7 @@ class Recovery(wiring.Component):
         index_width = max(1, (max_lines - 2).bit_length())     # payload line index
         m.submodules.reader = reader = LineReader(
             addr_width=aw, id_width=self._id_width, max_reads=self._max_reads)
-        m.submodules.sb = sb = Superblock(addr_width=aw, max_slot_lines=max_lines)
+        m.submodules.superblock = sb = Superblock(addr_width=aw, max_slot_lines=max_lines)
         m.submodules.scan = scan = LogScan(addr_width=aw, index_width=index_width)
         m.submodules.writer = writer = RestoreWriter(
             addr_width=aw, id_width=self._id_width, index_width=index_width)
@@ -204,12 +204,12 @@ class Recovery(wiring.Component):
         newer = ~found | (seq_diff.any() & ~seq_diff[31])
 
         cmd = reader.i_cmd
-        m.d.comb += [cmd.p.slot.eq(best_slot), cmd.p.last_slot.eq(sb.last_slot),
-                     cmd.p.last_addr.eq(sb.last_addr), cmd.p.slot_lines.eq(sb.slot_lines)]
 
         def read(mode, addr, count):
             m.d.comb += [cmd.valid.eq(1), cmd.p.mode.eq(mode), cmd.p.addr.eq(addr),
-                         cmd.p.count.eq(count)]
+                         cmd.p.count.eq(count), cmd.p.slot.eq(best_slot),
+                         cmd.p.last_slot.eq(sb.last_slot), cmd.p.last_addr.eq(sb.last_addr),
+                         cmd.p.slot_lines.eq(sb.slot_lines)]
 
         # The lines read go to the phase's consumer; only the log scan holds them back.
         line = reader.o_line
