@@ -30,6 +30,7 @@ from .test_ckpt_recovery import (
     ADDR_WIDTH,
     BAD_LAYOUTS,
     MAX_SLOT_LINES,
+    MLP_SLOTS,
     PMEM_SIZE,
     SCENARIOS,
     history,
@@ -77,8 +78,8 @@ def random_image(rng: random.Random):
         img.write(0, raw_superblock(**BAD_LAYOUTS[rng.choice(list(BAD_LAYOUTS))]))
     elif case < 0.15:
         img.write(0, raw_superblock(check=rng.getrandbits(64)))
-    elif case < 0.2:
-        size = rng.choice([0xF_8000, 0x2_0000 + 64 * rng.randrange(64)])  # DECERR
+    elif case < 0.35:       # DECERR: restore writes to the tables, or MLP slot 1's reads
+        size = rng.choice([0x2_0000 + 64 * rng.randrange(24), 0x2_0000, MLP_SLOTS[1]])
     return img, size
 
 

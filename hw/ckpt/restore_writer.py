@@ -49,11 +49,11 @@ class RestoreWriter(wiring.Component):
     nothing more is restored).
 
     **Flow, latency.** ``i_job.ready`` is ``~busy`` (for a commit job also fewer than
-    ``MAX_WRITES`` writes outstanding). A restore line is valid on AW and W two cycles
-    after its job or its previous line was accepted on both channels (the buffer's
-    synchronous read), as long as fewer than ``MAX_WRITES`` B are outstanding, so a
-    record goes out at one line per two cycles; a commit word is valid in the cycle
-    after its job. ``awvalid`` and ``wvalid`` do not wait for ``ready``; each drops on
+    ``MAX_WRITES`` writes outstanding). A restore line is valid on AW and W three
+    cycles after its job was taken, or two after its previous line was accepted on
+    both channels (the buffer's synchronous read), as long as fewer than
+    ``MAX_WRITES`` B are outstanding, so a record goes out at one line per two cycles;
+    a commit word is valid in the cycle after its job. ``awvalid`` and ``wvalid`` do not wait for ``ready``; each drops on
     its own handshake. ``bready`` is always high.
 
     **Status.** ``busy`` is high while a taken job still has a line not accepted on
