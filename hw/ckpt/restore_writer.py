@@ -53,8 +53,8 @@ class RestoreWriter(wiring.Component):
     cycles after its job was taken, or two after its previous line was accepted on
     both channels (the buffer's synchronous read), as long as fewer than
     ``MAX_WRITES`` B are outstanding, so a record goes out at one line per two cycles;
-    a commit word is valid in the cycle after its job. ``awvalid`` and ``wvalid`` do not wait for ``ready``; each drops on
-    its own handshake. ``bready`` is always high.
+    a commit word is valid in the cycle after its job. ``awvalid`` and ``wvalid`` do
+    not wait for ``ready``; each drops on its own handshake. ``bready`` is always high.
 
     **Status.** ``busy`` is high while a taken job still has a line not accepted on
     both AW and W; ``idle`` while ``busy`` is low and every B has arrived;
