@@ -107,6 +107,12 @@ class UndoLogger(wiring.Component):
     payload's Bs came before it: same ID). ``resp_error`` pulses with a B other than
     OKAY.
 
+    **Structure.** The input FIFO and head register feed an FSM (``IDLE``, ``SKIP``,
+    ``PAY``, ``HDR``) that makes the decision and builds the record, using
+    :class:`~.dedup_filter.DedupFilter`, :class:`~.space_tracker.SpaceTracker`
+    (``seq``, slot position, space) and :class:`~.record_writer.RecordWriter` (the
+    write channels and B accounting).
+
     Parameters
     ----------
     addr_width : int

@@ -118,6 +118,12 @@ class Recovery(wiring.Component):
     to their widths (``log_base``, ``mlp_slot0/1`` to ``addr_width``,
     ``mlp_slot_bytes`` to 32 bits, lossless after the layout check).
 
+    **Structure.** A controller (an FSM with one state per step) sequences
+    :class:`~.line_reader.LineReader` (every read), :class:`~.superblock.Superblock`
+    (step 1 and the layout), :class:`~.log_scan.LogScan` (the records of passes 1 and
+    2), :class:`~.restore_writer.RestoreWriter` (the restore buffer, every write) and
+    :class:`~.mlp_check.MlpCheck` (step 5); the lines read go to the step's block.
+
     Parameters
     ----------
     addr_width : int
