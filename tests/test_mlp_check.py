@@ -43,11 +43,14 @@ def test_slots(seed):
         ctx.set(dut.slot0, MLP_SLOTS[0])
         ctx.set(dut.slot1, MLP_SLOTS[1])
         ctx.set(dut.slot_bytes, MLP_BYTES)
-        for _ in range(60):
+        for _ in range(120):
             img = Image()
             committed = rng.randint(2, 6)
+            kinds = [rng.choice(KINDS), rng.choice(KINDS)]
+            if rng.random() < 0.5:      # one slot alone decides the result
+                kinds[rng.randrange(2)] = "none"
             for slot in (0, 1):
-                put_mlp(img, rng, slot, rng.choice(KINDS), rng.randint(1, 8))
+                put_mlp(img, rng, slot, kinds[slot], rng.randint(1, committed + 1))
             ctx.set(dut.committed, committed)
             ctx.set(dut.clear, 1)
             await ctx.tick()
