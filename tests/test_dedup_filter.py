@@ -63,3 +63,10 @@ def test_against_model(rows, seed):
     simulate(dut, bench)
     print(hits)
     assert hits[True] > 20 and hits[False] > 20
+
+
+@pytest.mark.parametrize("bad", [1, 24])
+def test_rejects_bad_parameters(bad):
+    with pytest.raises(ValueError,
+                       match=f"^rows must be a power of two of at least 2, not {bad!r}$"):
+        DedupFilter(rows=bad)

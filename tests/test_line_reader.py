@@ -142,3 +142,10 @@ def test_error_response(seed):
     got = _run(seed, max_reads=4, traffic=Traffic(r_idle=0.3), take=0.8, n_cmds=20,
                size=SIZE // 2)
     assert got["errors"] > 0
+
+
+@pytest.mark.parametrize("bad", [0, 257])
+def test_rejects_bad_parameters(bad):
+    with pytest.raises(ValueError,
+                       match=f"^max_reads must be an integer from 1 to 256, not {bad!r}$"):
+        LineReader(addr_width=AW, id_width=2, max_reads=bad)

@@ -124,3 +124,10 @@ def _run(seed: int, *, idle: float, take: float, scans: int = 3, slots: int = 12
                          ids=["smooth", "rough", "sink_paused", "source_idle"])
 def test_records(idle, take, seed):
     _run(seed, idle=idle, take=take)
+
+
+@pytest.mark.parametrize("bad", [0, 9])
+def test_rejects_bad_parameters(bad):
+    with pytest.raises(ValueError,
+                       match=f"^index_width must be an integer from 1 to 8, not {bad!r}$"):
+        LogScan(addr_width=AW, index_width=bad)

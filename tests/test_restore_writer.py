@@ -165,3 +165,10 @@ def test_one_line_per_two_cycles():
         assert cycles[0] == 2, "the first line is valid three cycles after its job"
 
     simulate(dut, bench)
+
+
+@pytest.mark.parametrize("bad", [0, 9])
+def test_rejects_bad_parameters(bad):
+    with pytest.raises(ValueError,
+                       match=f"^index_width must be an integer from 1 to 8, not {bad!r}$"):
+        RestoreWriter(addr_width=AW, id_width=1, index_width=bad)

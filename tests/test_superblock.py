@@ -120,3 +120,10 @@ def test_decode(aw, max_lines, seed):
         assert counts["present"] and counts["layout_ok"]
 
     simulate(dut, bench)
+
+
+@pytest.mark.parametrize("bad", [1, 256])
+def test_rejects_bad_parameters(bad):
+    with pytest.raises(ValueError,
+                       match=f"^max_slot_lines must be an integer from 2 to 255, not {bad!r}$"):
+        Superblock(addr_width=20, max_slot_lines=bad)

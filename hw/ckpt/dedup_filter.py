@@ -80,6 +80,8 @@ class DedupFilter(wiring.Component):
     """
 
     def __init__(self, *, rows: int):
+        if not isinstance(rows, int) or rows < 2 or rows & (rows - 1):
+            raise ValueError(f"rows must be a power of two of at least 2, not {rows!r}")
         self._rows = rows
         super().__init__({
             "look": In(1),
@@ -89,6 +91,8 @@ class DedupFilter(wiring.Component):
             "insert": In(1),
             "clear": In(1),
         })
+
+    rows = property(lambda self: self._rows)
 
     def elaborate(self, platform):
         m = Module()

@@ -84,6 +84,8 @@ class LineReader(wiring.Component):
     """
 
     def __init__(self, *, addr_width: int, id_width: int, max_reads: int):
+        if not isinstance(max_reads, int) or not 1 <= max_reads <= 256:
+            raise ValueError(f"max_reads must be an integer from 1 to 256, not {max_reads!r}")
         self._addr_width = addr_width
         self._max_reads = max_reads
         super().__init__({
@@ -95,6 +97,8 @@ class LineReader(wiring.Component):
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
         })
+
+    max_reads = property(lambda self: self._max_reads)
 
     def elaborate(self, platform):
         m = Module()

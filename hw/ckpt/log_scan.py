@@ -72,7 +72,11 @@ class LogScan(wiring.Component):
     """
 
     def __init__(self, *, addr_width: int, index_width: int):
+        if not isinstance(index_width, int) or not 1 <= index_width <= 8:
+            raise ValueError(f"index_width must be an integer from 1 to 8, not "
+                             f"{index_width!r}")
         self._addr_width = addr_width
+        self._index_width = index_width
         super().__init__({
             "i_line": In(stream.Signature(LINE_BITS)),
             "o_rec": Out(stream.Signature(scanned_record(addr_width))),
@@ -84,6 +88,8 @@ class LogScan(wiring.Component):
             "committed": In(32),
             "log_base": In(addr_width),
         })
+
+    index_width = property(lambda self: self._index_width)
 
     def elaborate(self, platform):
         m = Module()

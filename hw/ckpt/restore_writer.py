@@ -77,6 +77,9 @@ class RestoreWriter(wiring.Component):
     """
 
     def __init__(self, *, addr_width: int, id_width: int, index_width: int):
+        if not isinstance(index_width, int) or not 1 <= index_width <= 8:
+            raise ValueError(f"index_width must be an integer from 1 to 8, not "
+                             f"{index_width!r}")
         self._index_width = index_width
         super().__init__({
             "i_fill": In(stream.Signature(buffer_fill(index_width), always_ready=True)),
@@ -88,6 +91,8 @@ class RestoreWriter(wiring.Component):
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
         })
+
+    index_width = property(lambda self: self._index_width)
 
     def elaborate(self, platform):
         m = Module()

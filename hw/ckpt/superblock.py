@@ -62,6 +62,9 @@ class Superblock(wiring.Component):
     """
 
     def __init__(self, *, addr_width: int, max_slot_lines: int):
+        if not isinstance(max_slot_lines, int) or not 2 <= max_slot_lines <= 255:
+            raise ValueError(f"max_slot_lines must be an integer from 2 to 255, not "
+                             f"{max_slot_lines!r}")
         self._addr_width = addr_width
         self._max_slot_lines = max_slot_lines
         super().__init__({
@@ -82,6 +85,8 @@ class Superblock(wiring.Component):
             "mlp_slot1": Out(addr_width),
             "mlp_slot_bytes": Out(32),
         })
+
+    max_slot_lines = property(lambda self: self._max_slot_lines)
 
     def elaborate(self, platform):
         m = Module()
