@@ -102,6 +102,11 @@ class Completion(wiring.Component):
     record: the two paths answer independently, so each has its own count. A record
     answered with ``error`` completes the descriptor all the same (the agent flags
     WRITE_ERROR). ``cq_host`` may change only while the stage is idle.
+
+    **Structure.** An FSM (``IDLE``, ``WAIT``, ``COMMIT``, ``REC``) takes the entries
+    and builds the records; :class:`~.pooled_mask.PooledMask` zeroes the pooled lines'
+    padding, :class:`~.line_writer.LineWriter` makes and counts every PMEM write, and
+    :class:`~.done_queue.DoneQueue` completes the descriptors in order.
     """
 
     def __init__(self, *, addr_width: int, id_width: int):
