@@ -58,7 +58,7 @@ def test_against_model(rows, seed):
                 valid.clear()
             if look:
                 idx = filter_index(new[1], new[2], rows)
-                read, head = entries.get(idx), new
+                read, head = entries.get(idx, (0, 0, 0)), new      # memory starts zeroed
 
     simulate(dut, bench)
     print(hits)

@@ -58,8 +58,9 @@ class DedupFilter(wiring.Component):
 
     **Use.** The logger looks a row up as it enters its head register (``look`` with
     that row's ``look_tag``), and from the next cycle on ``hit`` tells whether the
-    entry holds ``tag`` (the head row's, held while needed); ``insert`` then enters
-    ``tag`` at that entry. A lookup in the cycle of an insert sees it (the tag memory
+    entry holds ``tag`` (the head row's, held while needed; the entry's tag as read at
+    ``look``, its valid bit as it is now); ``insert`` then enters ``tag`` at that
+    entry. A lookup in the cycle of an insert sees it (the tag memory
     is read transparently to its write). A later row mapping to the same entry evicts
     it. ``clear`` (one cycle) empties the filter (it wins over an insert).
 
