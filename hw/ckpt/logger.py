@@ -1,17 +1,22 @@
 """The undo logger: the engine's undo-capture stream written to the PMEM log ring as
-records (``docs/checkpoint.md``, "Undo-log records" and "Logging (device)")."""
+records (``docs/checkpoint.md``, "Undo-log records" and "Logging (device)").
+
+See :class:`UndoLogger`.
+"""
 
 from __future__ import annotations
 
-from amaranth.hdl import C, Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
-from amaranth.lib.memory import Memory
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from hw.bus.axi import AXI4Signature, AxiBurst
+from hw.bus.axi import AXI4Signature
 
+from .dedup_filter import DedupFilter, filter_index
 from .formats import HEADER, LINE_BITS, LOG_MAGIC, line_sum, sum64_finish
+from .record_writer import MAX_WRITES, RecordWriter
+from .space_tracker import LIVE_BATCHES, SpaceTracker
 
 __all__ = ["LIVE_BATCHES", "MAX_WRITES", "UNDO_IN", "UndoLogger", "filter_index"]
 
@@ -26,14 +31,6 @@ UNDO_IN = data.StructLayout({
     "n_lines": 8,           # lines of the row
 })
 
-#: Batches with records not yet committed that the space accounting tracks.
-LIVE_BATCHES = 4
-#: Record writes (AW/W loaded) without their B at most.
-MAX_WRITES = 128
-
-_LINE_SHIFT = 6
-_TAG = data.StructLayout({"batch_id": 32, "table_id": 16, "row": 32})
-
 
 def _check_int(name, value, lo, hi):
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
@@ -46,42 +43,6 @@ def _check_pow2(name, value, lo, hi):
     if value & (value - 1):
         raise ValueError(f"{name} must be a power of two, not {value}")
     return value
-
-
-def filter_index(table_id: int, row: int, filter_rows: int) -> int:
-    """The dedup filter entry of ``(table_id, row)`` (the model of the hardware hash):
-    ``fold(row) ^ reverse(fold(table_id))``, where ``fold`` XORs the ``k``-bit chunks
-    of a value (``k = log2(filter_rows)``) and ``reverse`` reverses the ``k`` bits, so
-    low row numbers of different tables land apart."""
-    k = filter_rows.bit_length() - 1
-
-    def fold(value: int, width: int) -> int:
-        out = 0
-        for i in range(0, width, k):
-            out ^= (value >> i) & ((1 << k) - 1)
-        return out
-
-    t = fold(table_id & 0xFFFF, 16)
-    return fold(row & 0xFFFF_FFFF, 32) ^ int(f"{t:0{k}b}"[::-1], 2)
-
-
-def _fold(value, k: int):
-    """Hardware ``fold``: XOR of the ``k``-bit chunks of ``value`` (a partial top chunk
-    goes into the low bits), all operands of equal width."""
-    acc = value[:k]
-    for i in range(k, len(value), k):
-        chunk = value[i:i + k]
-        if len(chunk) == k:
-            acc = acc ^ chunk
-        else:
-            acc = Cat(acc[:len(chunk)] ^ chunk, acc[len(chunk):])
-    return acc
-
-
-def _index(row, table_id, k: int):
-    """Hardware :func:`filter_index`."""
-    t = _fold(table_id, k)
-    return _fold(row, k) ^ Cat(*[t[k - 1 - i] for i in range(k)])
 
 
 class UndoLogger(wiring.Component):
@@ -145,6 +106,12 @@ class UndoLogger(wiring.Component):
     B received. ``records`` pulses when the B of a record's header is received (its
     payload's Bs came before it: same ID). ``resp_error`` pulses with a B other than
     OKAY.
+
+    **Structure.** The input FIFO and head register feed an FSM (``IDLE``, ``SKIP``,
+    ``PAY``, ``HDR``) that makes the decision and builds the record, using
+    :class:`~.dedup_filter.DedupFilter`, :class:`~.space_tracker.SpaceTracker`
+    (``seq``, slot position, space) and :class:`~.record_writer.RecordWriter` (the
+    write channels and B accounting).
 
     Parameters
     ----------
@@ -213,202 +180,92 @@ class UndoLogger(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         aw = self._addr_width
-        k = self._filter_rows.bit_length() - 1
-        axi = self.pmem
-
-        # --- input FIFO and the head register -----------------------------------------
         m.submodules.fifo = fifo = SyncFIFOBuffered(width=UNDO_IN.size, depth=self._fifo_lines)
+        m.submodules.filter = filt = DedupFilter(rows=self._filter_rows)
+        m.submodules.space = space = SpaceTracker(addr_width=aw)
+        m.submodules.writer = writer = RecordWriter(addr_width=aw, id_width=self._id_width)
+        wiring.connect(m, writer.pmem, wiring.flipped(self.pmem))
+
+        # --- input FIFO and the head register (the row's filter lookup as it enters)
         m.d.comb += [
             fifo.w_data.eq(self.i_undo.payload.as_value()),
             fifo.w_en.eq(self.i_undo.valid & self.enable),
             self.i_undo.ready.eq(fifo.w_rdy | ~self.enable),
         ]
         nxt = data.View(UNDO_IN, fifo.r_data)
-        nxt_sum = line_sum(m, nxt.data, name="nxt_sum")
         h = Signal(UNDO_IN)
         h_valid = Signal()
         h_sum = Signal(64)              # line_sum of h.data
-        h_idx = Signal(k)               # filter entry of h
         take = Signal()                 # h leaves the head register
         load_h = Signal()
         m.d.comb += [load_h.eq(fifo.r_rdy & (~h_valid | take)), fifo.r_en.eq(load_h)]
         with m.If(load_h):
-            m.d.sync += [h.eq(nxt), h_valid.eq(1), h_sum.eq(nxt_sum),
-                         h_idx.eq(_index(nxt.row, nxt.table_id, k))]
+            m.d.sync += [h.eq(nxt), h_valid.eq(1), h_sum.eq(line_sum(m, nxt.data))]
         with m.Elif(take):
             m.d.sync += h_valid.eq(0)
-
-        # --- dedup filter: tags in a memory read as an item enters the head register
-        # (transparent to the insert of the row before it), valid bits in registers.
-        m.submodules.tags = tags = Memory(shape=_TAG, depth=self._filter_rows, init=[])
-        wp = tags.write_port()
-        rp = tags.read_port(transparent_for=(wp,))
-        m.d.comb += [rp.addr.eq(_index(nxt.row, nxt.table_id, k)), rp.en.eq(load_h)]
-        valid = Signal(self._filter_rows)
-        valid_bit = Signal(self._filter_rows, name="valid_bit")
-        m.d.comb += valid_bit.eq(valid >> h_idx)
-        hit = Signal()
-        m.d.comb += hit.eq(valid_bit[0] & (rp.data.batch_id == h.batch_id)
-                           & (rp.data.table_id == h.table_id) & (rp.data.row == h.row))
-        insert = Signal()
         m.d.comb += [
-            wp.addr.eq(h_idx),
-            wp.en.eq(insert),
-            wp.data.batch_id.eq(h.batch_id),
-            wp.data.table_id.eq(h.table_id),
-            wp.data.row.eq(h.row),
+            filt.look.eq(load_h),
+            filt.look_tag.eq(Cat(nxt.batch_id, nxt.table_id, nxt.row)),
+            filt.tag.eq(Cat(h.batch_id, h.table_id, h.row)),
+            filt.clear.eq(self.restart),
+            space.batch.eq(h.batch_id),
+            space.commit.eq(self.commit),
+            space.commit_batch.eq(self.commit_batch),
+            space.restart.eq(self.restart),
+            space.log_slots_log2.eq(self.log_slots_log2),
+            space.slot_lines.eq(self.slot_lines),
         ]
 
-        # --- AW/W registers, B accounting ---------------------------------------------
-        aw_pend, w_pend = Signal(), Signal()
-        awaddr = Signal(aw)
-        wdata = Signal(LINE_BITS)
-        load = Signal()                 # a write goes into the AW/W registers
-        is_hdr = Signal()               # ... and it is a header
-        m.submodules.flags = flags = SyncFIFO(width=1, depth=MAX_WRITES)
-        can_load = Signal()
-        m.d.comb += [
-            can_load.eq((~aw_pend | axi.awready) & (~w_pend | axi.wready) & flags.w_rdy),
-            axi.awvalid.eq(aw_pend),
-            axi.awaddr.eq(awaddr),
-            axi.awid.eq(0),
-            axi.awlen.eq(0),
-            axi.awsize.eq(_LINE_SHIFT),
-            axi.awburst.eq(AxiBurst.INCR),
-            axi.wvalid.eq(w_pend),
-            axi.wdata.eq(wdata),
-            axi.wstrb.eq((1 << (LINE_BITS // 8)) - 1),
-            axi.wlast.eq(1),
-            axi.bready.eq(1),
-            axi.rready.eq(1),
-            flags.w_en.eq(load),
-            flags.w_data.eq(is_hdr),
-            flags.r_en.eq(axi.bvalid),
-            self.records.eq(axi.bvalid & flags.r_rdy & flags.r_data[0]),
-            self.resp_error.eq(axi.bvalid & axi.bresp.any()),
-        ]
-        with m.If(axi.awready):
-            m.d.sync += aw_pend.eq(0)
-        with m.If(axi.wready):
-            m.d.sync += w_pend.eq(0)
-        with m.If(load):
-            m.d.sync += [aw_pend.eq(1), w_pend.eq(1)]
-
-        # --- space accounting -----------------------------------------------------------
-        seq = Signal(32)
-        committed = Signal(32)
+        # --- the record being written
         overflow = Signal()
         overflow_batch = Signal(32)
-        cur_batch = Signal(32)          # batch of the newest record
-        cur_valid = Signal()
-        lb_batch = [Signal(32, name=f"lb_batch{i}") for i in range(LIVE_BATCHES)]
-        lb_first = [Signal(32, name=f"lb_first{i}") for i in range(LIVE_BATCHES)]
-        lb_count = Signal(range(LIVE_BATCHES + 1))
-        live = [(lb_count > i) & (lb_batch[i] > committed)
-                for i in range(LIVE_BATCHES)]
-        oldest = lb_first[LIVE_BATCHES - 1]
-        for i in reversed(range(LIVE_BATCHES - 1)):
-            oldest = Mux(live[i], lb_first[i], oldest)
-        live_any = Signal()
-        m.d.comb += live_any.eq(Cat(*live).any())
-        mask = Signal(32)
-        # Bit 31 stays 0: log_slots_log2 is at most 31.
-        m.d.comb += mask.eq(Cat(*[self.log_slots_log2 > i for i in range(31)]))
-        used = Signal(32)
-        m.d.comb += used.eq(seq - oldest)
-        full = Signal()
-        m.d.comb += full.eq(live_any & (used & ~mask).any())
-        pop = Signal()                  # the oldest tracked batch is committed
-        m.d.comb += pop.eq(lb_count.any() & ~(lb_batch[0] > committed))
-        push = Signal()
-        new_batch = Signal()
-        m.d.comb += new_batch.eq(~cur_valid | (cur_batch != h.batch_id))
-        can_push = Signal()
-        m.d.comb += can_push.eq((lb_count < LIVE_BATCHES) | pop)
-        pos = Signal(range(LIVE_BATCHES + 1))
-        m.d.comb += pos.eq(lb_count - pop)
-        for i in range(LIVE_BATCHES):
-            with m.If(push & (pos == i)):
-                m.d.sync += [lb_batch[i].eq(h.batch_id), lb_first[i].eq(seq)]
-            if i + 1 < LIVE_BATCHES:
-                with m.Elif(pop):
-                    m.d.sync += [lb_batch[i].eq(lb_batch[i + 1]),
-                                 lb_first[i].eq(lb_first[i + 1])]
-        with m.If(push & ~pop):
-            m.d.sync += lb_count.eq(lb_count + 1)
-        with m.Elif(~push & pop):
-            m.d.sync += lb_count.eq(lb_count - 1)
-
-        # --- the record being written ---------------------------------------------------
-        slot_off = Signal(aw)           # (seq mod slots) * slot_lines * 64
         rec = Signal(HEADER)
         rec_addr = Signal(aw)           # the header's line
         wr_addr = Signal(aw)            # the next payload line
         left = Signal(8)                # payload lines still to come, counting h
         acc = Signal(64)                # sum of the payload words so far
-
-        cur_base = Signal(aw)
-        m.d.comb += cur_base.eq(self.log_base + slot_off)
-        seq_next = Signal(32)
-        m.d.comb += seq_next.eq(seq + 1)
-        stride = Cat(C(0, _LINE_SHIFT), self.slot_lines)
-
-        ovf_row = Signal()              # the row's batch has overflowed
-        bad_n = Signal()
-        no_space = Signal()
-        m.d.comb += [
-            ovf_row.eq(overflow & (overflow_batch == h.batch_id)),
-            bad_n.eq(~h.n_lines.any() | (h.n_lines >= self.slot_lines)),
-            no_space.eq(full | (new_batch & ~can_push) | bad_n),
-        ]
-        first_row = h_valid & (h.line == 0)
+        base = Signal(aw)
+        m.d.comb += base.eq(self.log_base + space.slot_off)
+        ovf_row = overflow & (overflow_batch == h.batch_id)
+        bad_n = ~h.n_lines.any() | (h.n_lines >= self.slot_lines)
         set_ovf = Signal()
-
-        hdr_sum = line_sum(m, rec.as_value(), words=7, name="hdr_sum")
         check = Signal(64)
-        m.d.comb += check.eq(sum64_finish(acc + hdr_sum))
+        m.d.comb += check.eq(sum64_finish(acc + line_sum(m, rec.as_value(), words=7,
+                                                         name="hdr_sum")))
+        wr = writer.i_write
+
+        def write(addr, line, header=0):
+            m.d.comb += [wr.valid.eq(1), wr.p.addr.eq(addr), wr.p.data.eq(line),
+                         wr.p.header.eq(header)]
 
         def take_row():
             """IDLE and SKIP (a skipped row's lines follow): a row's first line starts
             its record or skips the row; any other line is a skipped row's, dropped."""
-            with m.If(first_row):
-                with m.If(ovf_row | hit):
+            with m.If(h_valid & (h.line == 0)):
+                with m.If(ovf_row | filt.hit):
                     m.d.comb += take.eq(1)
                     m.next = "SKIP"
-                with m.Elif(no_space):
+                with m.Elif(~space.fits | bad_n):
                     m.d.comb += [take.eq(1), set_ovf.eq(1)]
                     m.d.sync += [overflow.eq(1), overflow_batch.eq(h.batch_id)]
                     m.next = "SKIP"
-                with m.Elif(can_load):
-                    m.d.comb += [take.eq(1), load.eq(1), insert.eq(1),
-                                 push.eq(new_batch)]
-                    last = h.n_lines == 1
-                    m.d.sync += [
-                        awaddr.eq(cur_base + (1 << _LINE_SHIFT)),
-                        wdata.eq(h.data),
-                        acc.eq(h_sum),
-                        rec_addr.eq(cur_base),
-                        wr_addr.eq(cur_base + (2 << _LINE_SHIFT)),
-                        left.eq(h.n_lines - 1),
-                        rec.magic.eq(LOG_MAGIC),
-                        rec.epoch.eq(self.epoch),
-                        rec.n.eq(h.n_lines),
-                        rec.batch_id.eq(h.batch_id),
-                        rec.seq.eq(seq),
-                        rec.table_id.eq(h.table_id),
-                        rec.row.eq(h.row),
-                        rec.addr.eq(h.row_addr),
-                        seq.eq(seq_next),
-                        slot_off.eq(Mux((seq_next & mask).any(), slot_off + stride, 0)),
-                        cur_batch.eq(h.batch_id),
-                        cur_valid.eq(1),
-                        valid.bit_select(h_idx, 1).eq(1),
-                    ]
-                    with m.If(last):
-                        m.next = "HDR"
-                    with m.Else():
-                        m.next = "PAY"
-            with m.Elif(h_valid):       # a line of a skipped row
+                with m.Else():
+                    write(base + 64, h.data)        # payload line 0 to slot line 1
+                    with m.If(wr.ready):
+                        m.d.comb += [take.eq(1), filt.insert.eq(1), space.alloc.eq(1)]
+                        m.d.sync += [
+                            acc.eq(h_sum), rec_addr.eq(base), wr_addr.eq(base + 128),
+                            left.eq(h.n_lines - 1),
+                            rec.magic.eq(LOG_MAGIC), rec.epoch.eq(self.epoch),
+                            rec.n.eq(h.n_lines), rec.batch_id.eq(h.batch_id),
+                            rec.seq.eq(space.seq), rec.table_id.eq(h.table_id),
+                            rec.row.eq(h.row), rec.addr.eq(h.row_addr),
+                        ]
+                        with m.If(h.n_lines == 1):
+                            m.next = "HDR"
+                        with m.Else():
+                            m.next = "PAY"
+            with m.Elif(h_valid):
                 m.d.comb += take.eq(1)
 
         with m.FSM(init="IDLE") as fsm:
@@ -416,43 +273,34 @@ class UndoLogger(wiring.Component):
                 take_row()
             with m.State("SKIP"):
                 take_row()
-            with m.State("PAY"), m.If(h_valid & can_load):
-                m.d.comb += [take.eq(1), load.eq(1)]
-                m.d.sync += [
-                    awaddr.eq(wr_addr),
-                    wdata.eq(h.data),
-                    acc.eq(acc + h_sum),
-                    wr_addr.eq(wr_addr + (1 << _LINE_SHIFT)),
-                    left.eq(left - 1),
-                ]
-                with m.If(left == 1):
-                    m.next = "HDR"
-            with m.State("HDR"), m.If(can_load):
-                m.d.comb += [load.eq(1), is_hdr.eq(1)]
-                m.d.sync += [
-                    awaddr.eq(rec_addr),
-                    wdata.eq(Cat(rec.as_value()[:LINE_BITS - 64], check)),
-                ]
-                m.next = "IDLE"
+            with m.State("PAY"), m.If(h_valid):
+                write(wr_addr, h.data)
+                with m.If(wr.ready):
+                    m.d.comb += take.eq(1)
+                    m.d.sync += [acc.eq(acc + h_sum), wr_addr.eq(wr_addr + 64),
+                                 left.eq(left - 1)]
+                    with m.If(left == 1):
+                        m.next = "HDR"
+            with m.State("HDR"):
+                write(rec_addr, Cat(rec.as_value()[:LINE_BITS - 64], check), header=1)
+                with m.If(wr.ready):
+                    m.next = "IDLE"
 
-        # --- commit and restart -----------------------------------------------------------
-        ovf_b_next = Mux(set_ovf, h.batch_id, overflow_batch)
-        with m.If(self.commit):
-            m.d.sync += committed.eq(self.commit_batch)
-            with m.If(~(self.commit_batch < ovf_b_next)):
-                m.d.sync += overflow.eq(0)
+        # --- commit and restart
+        with m.If(self.commit & ~(self.commit_batch
+                                  < Mux(set_ovf, h.batch_id, overflow_batch))):
+            m.d.sync += overflow.eq(0)
         with m.If(self.restart):
-            m.d.sync += [
-                seq.eq(0), slot_off.eq(0), committed.eq(0), overflow.eq(0),
-                overflow_batch.eq(0), cur_valid.eq(0), lb_count.eq(0), valid.eq(0),
-            ]
+            m.d.sync += [overflow.eq(0), overflow_batch.eq(0)]
 
         m.d.comb += [
-            self.drained.eq(~fifo.level.any() & ~h_valid & ~aw_pend & ~w_pend
-                            & ~flags.r_rdy & (fsm.ongoing("IDLE") | fsm.ongoing("SKIP"))),
+            self.drained.eq(~fifo.level.any() & ~h_valid & writer.idle
+                            & (fsm.ongoing("IDLE") | fsm.ongoing("SKIP"))),
             self.overflow.eq(overflow),
             self.overflow_batch.eq(overflow_batch),
-            self.full.eq(full),
-            self.seq.eq(seq),
+            self.full.eq(space.full),
+            self.seq.eq(space.seq),
+            self.records.eq(writer.records),
+            self.resp_error.eq(writer.resp_error),
         ]
         return m
