@@ -492,11 +492,16 @@ class ProtocolChecker:
         self.completed: dict[str, int] = {}
         self.reset()
 
-    def reset(self) -> None:
-        """Forget every open transaction (the device was reset)."""
-        self.open: dict[tuple, Transaction] = {}
-        self.closed: dict[tuple, Transaction] = {}
-        self._uqids: dict[int, tuple] = {}
+    def reset(self, kinds: Iterable[str] | None = None) -> None:
+        """Forget every open transaction (the device was reset), or only those keyed by
+        ``kinds`` (``"tag"`` CXL.mem, ``"cqid"`` / ``"uqid"`` CXL.cache)."""
+        if kinds is None:
+            self.open: dict[tuple, Transaction] = {}
+            self.closed: dict[tuple, Transaction] = {}
+            self._uqids: dict[int, tuple] = {}
+            return
+        for key in [k for k in self.open if k[0] in set(kinds)]:
+            self.forget(key)
 
     def request(self, channel: str, f: Mapping[str, int], t: int, *, target: str) -> Transaction:
         """A request on ``channel`` (``m2s_req``, ``m2s_rwd``, ``d2h_req``, ``h2d_req``)

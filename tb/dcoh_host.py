@@ -8,9 +8,15 @@ Coherency Model"; ``docs/cxl-encodings.md``, "Flows"):
 * **RdCurr** / **RdShared** (a device read): the host writes a dirty copy back and keeps
   a clean one, then sends M2S **MemRdFwd**.
 * **RdOwn** (a device write): the host writes a dirty copy back and drops its copy, then
-  sends **MemWrFwd**.
+  sends **MemRdFwd**.
 * **RdOwnNoData** (a flip's claim): the host writes a dirty copy back and drops its copy,
   then sends **MemRdFwd**.
+
+The answers are the flows of the protocol table (:mod:`tb.cxl_protocol`; CXL 1.1 Table
+17, CXL 3.1 Table 3-24) that use the forward input only (this model drives no H2D
+channel, so GO-E and the error answers are left to the whole-device host model), and
+every request and answer goes through :attr:`DcohHost.protocol`: a D2H Req outside the
+table, or a CQID reused while open, fails at once.
 
 The forward carries the CQID in its Tag and the line's address (Addr[51:5], so the line
 address shifted left by one). The host's cache effect happens when the forward leaves,
@@ -44,6 +50,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hw.cxl.messages import D2HReqOpcode, M2SReqOpcode, MetaField
+from tb.cxl_protocol import ProtocolChecker, ProtocolError, pick, row
 from tb.due_queue import DueQueue, Scheduled
 
 __all__ = [
@@ -57,7 +64,7 @@ __all__ = [
 ]
 
 #: Bad forwards the host can send before the good one: ``wrong_opcode`` the other
-#: forward (MemWrFwd for a read or claim, MemRdFwd for a write); ``wrong_address`` the
+#: forward (MemWrFwd, which answers none of the DCOH's requests); ``wrong_address`` the
 #: right forward for the next line; ``not_fwd`` a MemRd with the request's Tag and
 #: address.
 FWD_FAULTS = ("wrong_opcode", "wrong_address", "not_fwd")
@@ -106,11 +113,7 @@ class HostReq:
     t_req: int
     faults: frozenset[str]
     t_fwd: int | None = None    # the good forward taken
-
-    @property
-    def fwd_opcode(self) -> int:
-        return (M2SReqOpcode.MemWrFwd if self.opcode == D2HReqOpcode.RdOwn.value
-                else M2SReqOpcode.MemRdFwd).value
+    fwd_opcode: int = M2SReqOpcode.MemRdFwd.value   # the table's answer chosen
 
 
 @dataclass(eq=False)
@@ -137,6 +140,7 @@ class DcohHost:
     rng: random.Random = field(default_factory=random.Random)
     read_opcode: D2HReqOpcode = D2HReqOpcode.RdCurr
     faults: Callable[[HostReq], Iterable[str]] | None = None
+    protocol: ProtocolChecker = field(default_factory=ProtocolChecker)
 
     def __post_init__(self) -> None:
         #: Host-cached copies of device lines: host line -> "S" (clean) or "M" (dirty).
@@ -155,6 +159,7 @@ class DcohHost:
         """Forget everything in flight (the cache stays): the device was reset."""
         self._open: dict[int, HostReq] = {}
         self._queue = DueQueue(self.rng, reorder=self.timing.reorder)
+        self.protocol.reset()
 
     def idle(self) -> bool:
         return not self._open and not self._queue
@@ -199,6 +204,7 @@ class DcohHost:
         self.log.append((t, "fwd", msg.fields))
         if not msg.good:
             return
+        self.protocol.see("m2s_req", msg.fields, t)
         req = msg.req
         line = req.line
         if self.cache.get(line) == "M":
@@ -227,7 +233,13 @@ class DcohHost:
                                 f"DCOH")
         if cqid in self._open:
             raise DcohHostError(f"D2H Req at {t}: CQID {cqid} reused while open")
-        req = HostReq(len(self.reqs), cqid, op, f["address"], t, frozenset())
+        try:
+            self.protocol.request("d2h_req", f, t, target="device")
+        except ProtocolError as exc:
+            raise DcohHostError(str(exc)) from None
+        answer = pick(self.rng, row("d2h_req", op, "device"), channels=("m2s_req",))
+        req = HostReq(len(self.reqs), cqid, op, f["address"], t, frozenset(),
+                      fwd_opcode=min(answer.host_msgs()[0].opcodes))
         if self.faults:
             req.faults = frozenset(self.faults(req))
             bad = req.faults - set(FWD_FAULTS)

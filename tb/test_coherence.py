@@ -24,7 +24,7 @@ import numpy as np
 
 from hw.cxl.cache_agent import CacheError
 from hw.cxl.dcoh import DcohError
-from hw.cxl.messages import D2HReqOpcode, H2DRspOpcode, M2SReqOpcode
+from hw.cxl.messages import D2HReqOpcode, GoState, H2DRspOpcode, M2SReqOpcode
 from hw.engine.descriptor import DescKind, PoolMode, Status
 from hw.top import DCOH_CQID_BASE
 from sim import ckpt
@@ -41,6 +41,7 @@ from tb.coherent_bench import (
     snapshot_bench,
 )
 from tb.coherent_host import LostToReset
+from tb.cxl_protocol import ALL_ONES
 from tb.engine_driver import Batch, random_table
 
 NOISE = {"noise": [False, True]}
@@ -108,7 +109,7 @@ async def test_lookup_through_host_cache(dut, noise, bias):
     """The GPU writes tables, index / offset / weight buffers and descriptors into its
     cache (dirty); with ``bias=device`` the table pages are flipped to device bias
     first. Each doorbell's descriptors, buffers and (host bias) rows reach the engine
-    through RdCurr -> write-back -> MemRdFwd, its outputs through RdOwn -> MemWrFwd;
+    through RdCurr -> write-back -> MemRdFwd, its outputs through RdOwn -> MemRdFwd;
     LOOKUP results and records are checked bit for bit, then read by the GPU through
     its cache. Meanwhile the GPU runs random loads and stores on two scratch pages. In
     device bias, after each doorbell the GPU reads a table line (the host check flips
@@ -491,10 +492,9 @@ async def test_bad_coherence_input(dut):
 
     def bad_forwards(f: dict) -> list[tuple[int, int]]:
         kind = next(kinds, None)
-        write = f["opcode"] == D2HReqOpcode.RdOwn.value
-        good, other = M2SReqOpcode.MemWrFwd.value, M2SReqOpcode.MemRdFwd.value
-        if not write:
-            good, other = other, good
+        # Every DCOH request is answered by MemRdFwd (CXL 1.1 Table 17, CXL 3.1 Table
+        # 3-24); MemWrFwd answers none of them.
+        good, other = M2SReqOpcode.MemRdFwd.value, M2SReqOpcode.MemWrFwd.value
         if kind == "opcode":
             return [(other, f["address"])]
         if kind == "address":
@@ -518,4 +518,190 @@ async def test_bad_coherence_input(dut):
                              cache=1 << int(CacheError.RSP_UNEXPECTED))
     for x in lines:
         await bench.cache.load(x)
+    await bench.finish()
+
+
+# --- the protocol table's DCOH flows (tb/cxl_protocol.py) -------------------------------------
+
+def _plan(rng: random.Random, plan: dict[D2HReqOpcode, list[str]], *, skip: int = 3):
+    """An ``answer`` hook for :class:`~tb.coherent_host.HostCache`: for each request kind
+    in ``plan``, after 0 .. ``skip`` requests of that kind answered normally, the next
+    ones get the listed answers in turn. Returns the hook and the CQIDs answered so."""
+    left = {op.value: [None] * rng.randint(0, skip) + list(names) for op, names in plan.items()}
+    used: list[tuple[int, str]] = []
+
+    def answer(f: dict) -> str | None:
+        todo = left.get(f["opcode"])
+        if not todo:
+            return None
+        name = todo.pop(0)
+        if name is not None:
+            used.append((f["cqid"], name))
+        return name
+
+    return answer, used, left
+
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_host_bias_writes_mem_rd_fwd(dut, noise):
+    """Device writes of host-bias lines (UPDATE rows, LOOKUP outputs, completion records)
+    claim each line with RdOwn, which the host answers with MemRdFwd, as CXL 1.1 Table
+    17 and CXL 3.1 Table 3-24 say (never MemWrFwd). Every write completes, tables and
+    outputs are exact, no DCOH error is flagged, and every RdOwn was answered so."""
+    bench = CohBench(dut, "host_bias_writes", noise=noise)
+    await bench.start()
+    tb = bench.tb
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    drv, tables, _, _ = await _layout(bench, rng)
+    mark = drv.heap.next
+    for r in range(tb.params.get("n_desc", 3)):
+        drv.heap.release(mark)
+        t = tables[int(rng.integers(len(tables)))]
+        b = _batch(rng, t.rows)
+        b.weights = None
+        grads = (rng.standard_normal((len(b.offsets), t.dim)) * 0.05).astype(np.float32)
+        exp = await drv.update(t, b, grads, batch_id=r + 1)
+        await drv.run()
+        assert exp.status is Status.OK, exp.status
+    await _lookups(bench, drv, tables, rng, 1)
+    await bench.check_errors()
+    await bench.finish()
+    answers = bench.cache.answers
+    assert answers.get("RdOwn:mem_rd_fwd", 0) == bench.cache.stats["fwd_write"] > 0, answers
+    assert not [k for k in answers if k.startswith("RdOwn:") and k != "RdOwn:mem_rd_fwd"]
+
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_flip_claims_mem_rd_fwd_or_go_e(dut, noise):
+    """A flip of the table pages (lines dirty in the GPU's cache) whose RdOwnNoData
+    claims the host answers with a random mix of MemRdFwd and H2D Rsp GO-E (both
+    allowed, CXL 3.x §3.2.4.2.13; at least one of each): the flip succeeds, the host
+    holds no line of the pages, LOOKUPs read the tables in device bias, and GPU reads
+    of table lines flip the pages back."""
+    bench = CohBench(dut, "flip_mixed", noise=noise)
+    await bench.start()
+    tb = bench.tb
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    drv, tables, (tp, tn), _ = await _layout(bench, rng)
+    prng = random.Random(tb.rng.getrandbits(64))
+    forced = ["go_e", "mem_rd_fwd"]
+    prng.shuffle(forced)
+
+    def answer(f: dict) -> str | None:
+        if f["opcode"] != D2HReqOpcode.RdOwnNoData.value:
+            return None
+        return forced.pop() if forced else prng.choice(("go_e", "mem_rd_fwd"))
+
+    bench.cache.answer = answer
+    await bench.flip(tp, tn)
+    bench.cache.answer = None
+    answers = bench.cache.answers
+    tb.log.info("claims answered: %s", answers)
+    assert answers.get("RdOwnNoData:go_e", 0) > 0 and \
+        answers.get("RdOwnNoData:mem_rd_fwd", 0) > 0, answers
+    assert not bench.cache.lines.keys() & set(bench.host_lines(tp, tn)), "lines still cached"
+    await _lookups(bench, drv, tables, rng, tb.params.get("n_desc", 3))
+    flips = await tb.csr.read64("COH_HOST_FLIPS")
+    for t in tables:
+        await bench.cache.load(bench.agent.host_line(t.base // LINE_BYTES))
+    await bench.check_errors()
+    await bench.finish()
+    c = bench.counters
+    assert c["COH_GRANTS_DEVICE"] > 0 and c["COH_HOST_FLIPS"] > flips, c
+
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_dcoh_host_errors(dut, noise):
+    """The host answers DCOH requests with errors (after giving the line up, so memory
+    stays coherent): GO-Err on H2D Rsp for a read (RdCurr) and for a write (RdOwn), H2D
+    Data with GO-Err and all-ones data for a read, then GO-Err for one claim of a flip.
+    Each access completes with an error grant, whose AXI access still goes to PMEM as
+    for a range error, so the engine reports nothing: descriptors finish with status OK
+    and exact results; COH_DCOH_ERR holds exactly HOST_ERROR; the flip ends with error,
+    its page stays in host bias (a GPU read of it flips nothing back). Afterwards legal
+    traffic and a flip of the same page succeed."""
+    bench = CohBench(dut, "dcoh_host_errors", noise=noise)
+    await bench.start()
+    tb, csr = bench.tb, bench.tb.csr
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    prng = random.Random(tb.rng.getrandbits(64))
+    drv, tables, (tp, _), _ = await _layout(bench, rng)
+    host_error = 1 << int(DcohError.HOST_ERROR)
+    answer, used, left = _plan(prng, {D2HReqOpcode.RdCurr: ["go_err", "data_go_err"],
+                                      D2HReqOpcode.RdOwn: ["go_err"]})
+    bench.cache.answer = answer
+    rounds = 0
+    while any(left.values()) or rounds == 0:
+        await _lookups(bench, drv, tables, rng, 1)
+        rounds += 1
+        assert rounds < 8, f"error answers not all used: {left}"
+    bench.cache.answer = None
+    tb.log.info("error answers %s in %d rounds", used, rounds)
+    assert sorted(n for _, n in used) == ["data_go_err", "go_err", "go_err"], used
+    await bench.check_errors(dcoh=host_error)
+    # A claim answered GO-Err: the flip fails and the page stays in host bias.
+    answer, used, _ = _plan(prng, {D2HReqOpcode.RdOwnNoData: ["go_err"]}, skip=bench.lpp - 1)
+    bench.cache.answer = answer
+    error = await bench.flip_once(tp, 1)
+    bench.cache.answer = None
+    assert used and error, ("flip with a GO-Err claim did not end with error", used)
+    await bench.check_errors(dcoh=host_error)
+    flips = await csr.read64("COH_HOST_FLIPS")
+    await bench.cache.load(bench.host_lines(tp, 1)[prng.randrange(bench.lpp)])
+    assert await csr.read64("COH_HOST_FLIPS") == flips, "the page left host bias"
+    # Legal traffic and flips afterwards.
+    await bench.flip(tp, 1)
+    await _lookups(bench, drv, tables, rng, 2)
+    await bench.check_errors()
+    await bench.finish()
+    assert bench.protocol.completed.get("go_err", 0) >= 3, bench.protocol.completed
+    assert bench.protocol.completed.get("data_go_err", 0) >= 1, bench.protocol.completed
+
+
+@cocotb.test()
+async def test_dcoh_unexpected_h2d(dut):
+    """H2D Rsp / Data for DCOH CQIDs that no request waits for, or that the request
+    waiting cannot take, are dropped and flagged RSP_UNEXPECTED in COH_DCOH_ERR (and
+    nothing in COH_CACHE_ERR: the CXL.cache agent never sees them): GO-E and H2D Data
+    for free CQIDs of the DCOH's pool; H2D Data (no GO-Err) before the answer of a RdOwn;
+    GO-E before the answer of a RdCurr. The requests still complete with their real
+    answers; the device then serves legal traffic."""
+    bench = CohBench(dut, "dcoh_unexpected_h2d", noise=True)
+    await bench.start()
+    tb = bench.tb
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    drv, tables, _, _ = await _layout(bench, rng)
+    home, unexpected = bench.gpu.home, 1 << int(DcohError.RSP_UNEXPECTED)
+    go_e = {"opcode": H2DRspOpcode.GO.value, "rsp_data": GoState.E.value}
+    for k in (1, bench.cfg.dcoh_cqids - 1):
+        home.raw("rsp", tb.loop.cycle, go_e | {"cqid": DCOH_CQID_BASE + k})
+        await bench.check_errors(dcoh=unexpected)
+        home.raw("data", tb.loop.cycle, {"cqid": DCOH_CQID_BASE + k, "data": ALL_ONES,
+                                         "go_err": 1})
+        await bench.check_errors(dcoh=unexpected)
+    todo = {D2HReqOpcode.RdOwn.value: ("data", {"data": 0x55, "go_err": 0}),
+            D2HReqOpcode.RdCurr.value: ("rsp", go_e)}
+    sent = []
+
+    def h2d_faults(f: dict) -> list[tuple[str, dict]]:
+        bad = todo.pop(f["opcode"], None)
+        if bad is None:
+            return []
+        sent.append(f["opcode"])
+        return [(bad[0], bad[1] | {"cqid": f["cqid"]})]
+
+    bench.cache.h2d_faults = h2d_faults
+    rounds = 0
+    while todo:
+        await _lookups(bench, drv, tables, rng, 1)
+        rounds += 1
+        assert rounds < 6, f"bad H2D messages not sent: {todo}"
+    bench.cache.h2d_faults = None
+    assert len(sent) == 2, sent
+    await bench.check_errors(dcoh=unexpected)
+    await _lookups(bench, drv, tables, rng, 1)
+    await bench.check_errors()
     await bench.finish()
