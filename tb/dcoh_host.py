@@ -12,13 +12,16 @@ Coherency Model"; ``docs/cxl-encodings.md``, "Flows"):
 * **RdOwnNoData** (a flip's claim): the host writes a dirty copy back and drops its copy,
   then sends **MemRdFwd**.
 
-The answers are the flows of the protocol table (:mod:`tb.cxl_protocol`; CXL 1.1 Table
-17, CXL 3.1 Table 3-24) that use the forward input only (this model drives no H2D
-channel, so GO-E and the error answers are left to the whole-device host model), and
-every request and answer goes through :attr:`DcohHost.protocol`: a D2H Req outside the
-table, or a CQID reused while open, fails at once.
+The answers are flows of the protocol table (:mod:`tb.cxl_protocol`; CXL 1.1 Table 17,
+CXL 3.1 Table 3-24), chosen at random among the good ones: with ``h2d`` the model also
+drives H2D Rsp and H2D Data (:meth:`DcohHost.offer` / :meth:`DcohHost.take` with
+``channel="rsp"`` / ``"data"``), so a claim may get GO-E instead of MemRdFwd, and
+``error_rate`` (or the ``answer`` hook, by flow name) gives error answers: GO-Err on H2D
+Rsp, or for a read H2D Data with GO-Err and all-ones data. Without ``h2d`` only
+MemRdFwd is used. Every request and answer goes through :attr:`DcohHost.protocol`: a
+D2H Req outside the table, or a CQID reused while open, fails at once.
 
-The forward carries the CQID in its Tag and the line's address (Addr[51:5], so the line
+A forward carries the CQID in its Tag and the line's address (Addr[51:5], so the line
 address shifted left by one). The host's cache effect happens when the forward leaves,
 which is the request's place in the host's order. Each forward is due after
 ``HostTiming.latency`` plus ``0 .. jitter`` cycles; the oldest due one goes first, or a
@@ -50,7 +53,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hw.cxl.messages import D2HReqOpcode, M2SReqOpcode, MetaField
-from tb.cxl_protocol import ProtocolChecker, ProtocolError, pick, row
+from tb.cxl_protocol import ALL_ONES, ProtocolChecker, ProtocolError, pick, row
 from tb.due_queue import DueQueue, Scheduled
 
 __all__ = [
@@ -71,6 +74,8 @@ FWD_FAULTS = ("wrong_opcode", "wrong_address", "not_fwd")
 
 _LINE_MASK = (1 << 46) - 1
 _READS = (D2HReqOpcode.RdCurr.value, D2HReqOpcode.RdShared.value)
+#: The model's channels and the protocol table's names for them.
+_CHANNELS = {"fwd": "m2s_req", "rsp": "h2d_rsp", "data": "h2d_data"}
 
 
 class DcohHostError(Exception):
@@ -112,8 +117,14 @@ class HostReq:
     line: int                   # host line address
     t_req: int
     faults: frozenset[str]
-    t_fwd: int | None = None    # the good forward taken
-    fwd_opcode: int = M2SReqOpcode.MemRdFwd.value   # the table's answer chosen
+    t_fwd: int | None = None    # the answer taken
+    answer: str = "mem_rd_fwd"  # the protocol table's flow that answers it
+    error: bool = False         # an error answer
+
+    @property
+    def fwd_opcode(self) -> int:
+        """The forward that answers every DCOH request (the only one in the table)."""
+        return M2SReqOpcode.MemRdFwd.value
 
 
 @dataclass(eq=False)
@@ -133,7 +144,9 @@ class DcohHost:
     """Host side for device memory in host bias: see the module docstring.
 
     ``read_opcode`` is the D2H Req the device uses for reads (the DCOH's parameter);
-    ``faults(req)`` returns the :data:`FWD_FAULTS` for a new request (default none).
+    ``faults(req)`` returns the :data:`FWD_FAULTS` for a new request (default none);
+    ``h2d``, ``error_rate`` and ``answer(req) -> flow name | None`` choose the answers
+    (module docstring).
     """
 
     timing: HostTiming = field(default_factory=HostTiming)
@@ -141,6 +154,9 @@ class DcohHost:
     read_opcode: D2HReqOpcode = D2HReqOpcode.RdCurr
     faults: Callable[[HostReq], Iterable[str]] | None = None
     protocol: ProtocolChecker = field(default_factory=ProtocolChecker)
+    h2d: bool = False
+    error_rate: float = 0.0
+    answer: Callable[[HostReq], str | None] | None = None
 
     def __post_init__(self) -> None:
         #: Host-cached copies of device lines: host line -> "S" (clean) or "M" (dirty).
@@ -158,18 +174,18 @@ class DcohHost:
     def reset(self) -> None:
         """Forget everything in flight (the cache stays): the device was reset."""
         self._open: dict[int, HostReq] = {}
-        self._queue = DueQueue(self.rng, reorder=self.timing.reorder)
+        self._queues = {ch: DueQueue(self.rng, reorder=self.timing.reorder)
+                        for ch in _CHANNELS}
         self.protocol.reset()
 
     def idle(self) -> bool:
-        return not self._open and not self._queue
+        return not self._open and not any(self._queues.values())
 
     def outstanding(self) -> str:
         """What keeps the host from being idle, for hang messages."""
         parts = [f"cqid {r.cqid} opcode {r.opcode} line {r.line:#x} (seq {r.seq})"
                  for r in list(self._open.values())[:5]]
-        if self._queue:
-            parts.append(f"{len(self._queue)} forwards pending")
+        parts += [f"{len(q)} {ch} pending" for ch, q in self._queues.items() if q]
         return "; ".join(parts) or "nothing"
 
     def touch(self, line: int, state: str | None) -> None:
@@ -187,24 +203,25 @@ class DcohHost:
 
     # --- scheduling -------------------------------------------------------------------------
     def _send(self, fields: dict, due: int, *, req: HostReq | None = None,
-              good: bool = False, after: _Msg | None = None) -> _Msg:
-        return self._queue.push(_Msg(fields, due, after, req=req, good=good))
+              good: bool = False, after: _Msg | None = None, channel: str = "fwd") -> _Msg:
+        return self._queues[channel].push(_Msg(fields, due, after, req=req, good=good))
 
-    def offer(self, t: int) -> dict | None:
-        """The forward to present in cycle ``t``, or None; once returned it is returned
-        again until :meth:`take`."""
-        msg = self._queue.offer(t)
+    def offer(self, t: int, channel: str = "fwd") -> dict | None:
+        """The message to present in cycle ``t`` on ``channel`` (``"fwd"``: the M2S
+        forward input; ``"rsp"`` / ``"data"``: H2D Rsp / Data), or None; once returned
+        it is returned again until :meth:`take`."""
+        msg = self._queues[channel].offer(t)
         return None if msg is None else msg.fields
 
-    def take(self, t: int) -> None:
-        """The forward offered was transferred in cycle ``t``."""
-        msg = self._queue.take(t)
+    def take(self, t: int, channel: str = "fwd") -> None:
+        """The message offered on ``channel`` was transferred in cycle ``t``."""
+        msg = self._queues[channel].take(t)
         if msg is None:
-            raise DcohHostError(f"forward transfer at {t} with nothing offered")
-        self.log.append((t, "fwd", msg.fields))
+            raise DcohHostError(f"{channel} transfer at {t} with nothing offered")
+        self.log.append((t, channel, msg.fields))
         if not msg.good:
             return
-        self.protocol.see("m2s_req", msg.fields, t)
+        self.protocol.see(_CHANNELS[channel], msg.fields, t)
         req = msg.req
         line = req.line
         if self.cache.get(line) == "M":
@@ -214,6 +231,7 @@ class DcohHost:
                 self.cache[line] = "S"
         else:                       # RdOwn, RdOwnNoData: the host gives the line up
             self.cache.pop(line, None)
+        # (An error answer too: the host gave the line up before it answered.)
         req.t_fwd = t
         del self._open[req.cqid]
         for listener in self.listeners:
@@ -237,9 +255,7 @@ class DcohHost:
             self.protocol.request("d2h_req", f, t, target="device")
         except ProtocolError as exc:
             raise DcohHostError(str(exc)) from None
-        answer = pick(self.rng, row("d2h_req", op, "device"), channels=("m2s_req",))
-        req = HostReq(len(self.reqs), cqid, op, f["address"], t, frozenset(),
-                      fwd_opcode=min(answer.host_msgs()[0].opcodes))
+        req = HostReq(len(self.reqs), cqid, op, f["address"], t, frozenset())
         if self.faults:
             req.faults = frozenset(self.faults(req))
             bad = req.faults - set(FWD_FAULTS)
@@ -249,6 +265,15 @@ class DcohHost:
         self._open[cqid] = req
         due = t + self.timing.latency + (self.rng.randint(0, self.timing.jitter)
                                          if self.timing.jitter else 0)
+        r = row("d2h_req", op, "device")
+        name = self.answer(req) if self.answer else None
+        if name is not None:
+            flow = r.flow(name)
+        else:
+            error = self.h2d and self.rng.random() < self.error_rate
+            flow = pick(self.rng, r, error=error,
+                        channels=_CHANNELS.values() if self.h2d else ("m2s_req",))
+        req.answer, req.error = flow.name, flow.error
         before = None
         for fault in sorted(req.faults):
             if fault == "wrong_opcode":
@@ -260,8 +285,14 @@ class DcohHost:
             else:
                 bad_fields = fwd_fields(M2SReqOpcode.MemRd.value, cqid, req.line)
             before = self._send(bad_fields, due, req=req, after=before)
-        self._send(fwd_fields(req.fwd_opcode, cqid, req.line), due, req=req, good=True,
-                   after=before)
+        (msg,) = flow.host_msgs()
+        channel = next(ch for ch, name in _CHANNELS.items() if name == msg.channel)
+        if channel == "fwd":
+            good = fwd_fields(min(msg.opcodes), cqid, req.line)
+        else:
+            extra = {"data": ALL_ONES, "poison": 0} if channel == "data" else {"rsp_pre": 0}
+            good = msg.build({"cqid": cqid}, **extra)
+        self._send(good, due, req=req, good=True, after=before, channel=channel)
 
     def raw(self, t: int, fields: dict) -> None:
         """Send an arbitrary M2S Req from cycle ``t`` on, tied to no request."""
@@ -311,6 +342,8 @@ class BiasChecker:
         return range(start, start + self.lpp)
 
     def _forward(self, req: HostReq, t: int) -> None:
+        if req.error:
+            return          # an error answer permits nothing
         line = self.dev_line(req.line)
         if req.opcode == D2HReqOpcode.RdOwnNoData.value:
             self.claimed.setdefault(line // self.lpp, set()).add(line)

@@ -274,3 +274,28 @@ def test_pick_and_build():
         (m,) = claim.flow(name).msgs
         c.see(m.channel, m.build(txn.values), 2)
     c.finish()
+
+
+def test_dcoh_host_answers_from_the_table():
+    """tb.dcoh_host.DcohHost answers from the table: MemRdFwd only without H2D channels;
+    with them a mix of MemRdFwd and GO-E for claims, and with error_rate 1 only error
+    answers (GO-Err, or for a read H2D Data with GO-Err); each answer is taken once by
+    its channel and the host ends idle with every transaction complete."""
+    from tb.dcoh_host import DcohHost, HostTiming
+
+    ops = (D2HReqOpcode.RdCurr, D2HReqOpcode.RdOwn, D2HReqOpcode.RdOwnNoData)
+    for h2d, error_rate, allowed in (
+            (False, 0.0, {"mem_rd_fwd"}),
+            (True, 0.0, {"mem_rd_fwd", "go_e"}),
+            (True, 1.0, {"go_err", "data_go_err"})):
+        host = DcohHost(timing=HostTiming(latency=0), rng=random.Random(5), h2d=h2d,
+                        error_rate=error_rate)
+        for t in range(60):
+            host.d2h(2 * t, _d2h(ops[t % 3], 0x800 + t, 0x100 + t))
+            for ch in ("fwd", "rsp", "data"):
+                if host.offer(2 * t + 1, ch) is not None:
+                    host.take(2 * t + 1, ch)
+        assert host.idle(), host.outstanding()
+        host.protocol.finish()
+        assert set(host.protocol.completed) == allowed, (h2d, host.protocol.completed)
+        assert all(r.t_fwd is not None for r in host.reqs)
