@@ -871,6 +871,8 @@ class HostAgent:
     def check_idle(self) -> None:
         if self._pending:
             self.fail(f"requests still outstanding at the end: {self._describe_pending()}")
+        self.protocol.finish()
+        self.log.info("protocol table flows completed: %s", self.protocol.completed)
 
     # --- random traffic ---------------------------------------------------------------
     def stop(self) -> None:
