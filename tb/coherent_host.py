@@ -301,8 +301,8 @@ class CoherenceChecker:
 
     State per device line (PMEM line index): the host cache's MESI state (from
     :class:`HostCache`), the device's permissions the host has granted by forwards
-    (``"R"`` after a MemRdFwd for a read, ``"W"`` after a MemWrFwd or a claim's
-    MemRdFwd), and per page whether a flip to device bias has completed. A host MemRd
+    (``"R"`` after the MemRdFwd of a read, ``"W"`` after the MemRdFwd of a write (RdOwn)
+    or of a claim), and per page whether a flip to device bias has completed. A host MemRd
     that completes (its host check drained the device's accesses to the page and
     flipped it back) ends every such permission of the line and its page's device
     bias. The coherent value of a line is the last write in coherence order: a host
@@ -311,13 +311,13 @@ class CoherenceChecker:
 
     Rules (each counted in :attr:`checks`):
 
-    1. A forward for a read leaves only while the host holds no dirty copy; a MemWrFwd
-       or a claim only while it holds no copy (single writer).
+    1. A forward for a read leaves only while the host holds no dirty copy; one for a
+       write or a claim only while it holds no copy (single writer).
     2. A host store happens only in E or M, with no device permission and no device-bias
        page live for the line; a host MemRd completes granting E only when it asked for
        it (MetaValue Any), S or E for a load (single writer / multiple readers).
     3. Every value the host reads (cache hit or MemRd data) equals the coherent value.
-    4. A device write was permitted: a MemWrFwd, a claim or device bias for its line
+    4. A device write was permitted: a write's forward, a claim or device bias for its line
        since the host last took it back.
     5. A flip to device bias that reports success leaves the host holding no line of its
        pages.
@@ -416,7 +416,7 @@ class CoherenceChecker:
     # --- device side --------------------------------------------------------------------
     def device_wrote(self, line: int, data: bytes, what: str) -> None:
         if self.hdm_d and not self._device_may_write(line):
-            self._fail(f"the device wrote line {line:#x} ({what}) without a MemWrFwd, a claim "
+            self._fail(f"the device wrote line {line:#x} ({what}) without a write forward, a claim "
                        f"or device bias since the host last held it")
         if self.state.get(line, "I") != "I":
             self._fail(f"the device wrote line {line:#x} ({what}) while the host holds it "

@@ -8,20 +8,25 @@ Coherency Model"; ``docs/cxl-encodings.md``, "Flows"):
 * **RdCurr** / **RdShared** (a device read): the host writes a dirty copy back and keeps
   a clean one, then sends M2S **MemRdFwd**.
 * **RdOwn** (a device write): the host writes a dirty copy back and drops its copy, then
-  sends **MemRdFwd**.
+  sends **MemRdFwd** (CXL 1.1 Table 17, CXL 3.1 Table 3-24: MemWrFwd answers only
+  WOWrInv / WOWrInvF).
 * **RdOwnNoData** (a flip's claim): the host writes a dirty copy back and drops its copy,
   then sends **MemRdFwd**.
 
-The answers are flows of the protocol table (:mod:`tb.cxl_protocol`; CXL 1.1 Table 17,
-CXL 3.1 Table 3-24), chosen at random among the good ones: with ``h2d`` the model also
-drives H2D Rsp and H2D Data (:meth:`DcohHost.offer` / :meth:`DcohHost.take` with
-``channel="rsp"`` / ``"data"``), so a claim may get GO-E instead of MemRdFwd, and
-``error_rate`` (or the ``answer`` hook, by flow name) gives error answers: GO-Err on H2D
-Rsp, or for a read H2D Data with GO-Err and all-ones data. Without ``h2d`` only
-MemRdFwd is used. Every request and answer goes through :attr:`DcohHost.protocol`: a
-D2H Req outside the table, or a CQID reused while open, fails at once.
+Instead of the forward, an ``answer`` callable may pick another answer the specification
+allows (:data:`ANSWERS`): H2D Rsp GO-E for a claim (CXL 3.1 §3.2.4.2.13), H2D Rsp
+GO-Err for any request, H2D Data with GO-Err and all-ones data for a read; with ``h2d``
+and no ``answer`` the host picks at random among the good answers (MemRdFwd or GO-E for
+a claim). GO-E has the forward's cache effect; after a GO-Err the host keeps its copy
+and the request has failed. H2D messages come out of :meth:`DcohHost.offer_h2d` /
+:meth:`DcohHost.take_h2d`.
 
-A forward carries the CQID in its Tag and the line's address (Addr[51:5], so the line
+The answers allowed are those of the protocol table (:mod:`tb.cxl_protocol`; CXL 1.1
+Table 17, CXL 3.1 Table 3-24), and every request and answer goes through
+:attr:`DcohHost.protocol`: a D2H Req outside the table, or a CQID reused while open,
+fails at once.
+
+The forward carries the CQID in its Tag and the line's address (Addr[51:5], so the line
 address shifted left by one). The host's cache effect happens when the forward leaves,
 which is the request's place in the host's order. Each forward is due after
 ``HostTiming.latency`` plus ``0 .. jitter`` cycles; the oldest due one goes first, or a
@@ -52,11 +57,12 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from hw.cxl.messages import D2HReqOpcode, M2SReqOpcode, MetaField
-from tb.cxl_protocol import ALL_ONES, ProtocolChecker, ProtocolError, pick, row
+from hw.cxl.messages import LINE_BITS, D2HReqOpcode, GoState, H2DRspOpcode, M2SReqOpcode, MetaField
+from tb.cxl_protocol import ProtocolChecker, ProtocolError, pick, row
 from tb.due_queue import DueQueue, Scheduled
 
 __all__ = [
+    "ANSWERS",
     "FWD_FAULTS",
     "BiasChecker",
     "DcohHost",
@@ -72,10 +78,17 @@ __all__ = [
 #: address.
 FWD_FAULTS = ("wrong_opcode", "wrong_address", "not_fwd")
 
+#: How the host answers a request: ``fwd`` M2S MemRdFwd (every request), ``go_e`` H2D Rsp
+#: GO-E (a claim, RdOwnNoData), ``go_err`` H2D Rsp GO-Err (every request), ``data_err``
+#: H2D Data with GO-Err and all-ones data (a read).
+ANSWERS = ("fwd", "go_e", "go_err", "data_err")
+#: The answers that fail the request.
+FAILING = ("go_err", "data_err")
+#: The protocol table's flow of each answer.
+_FLOWS = {"fwd": "mem_rd_fwd", "go_e": "go_e", "go_err": "go_err", "data_err": "data_go_err"}
+
 _LINE_MASK = (1 << 46) - 1
 _READS = (D2HReqOpcode.RdCurr.value, D2HReqOpcode.RdShared.value)
-#: The model's channels and the protocol table's names for them.
-_CHANNELS = {"fwd": "m2s_req", "rsp": "h2d_rsp", "data": "h2d_data"}
 
 
 class DcohHostError(Exception):
@@ -117,13 +130,12 @@ class HostReq:
     line: int                   # host line address
     t_req: int
     faults: frozenset[str]
-    t_fwd: int | None = None    # the answer taken
-    answer: str = "mem_rd_fwd"  # the protocol table's flow that answers it
-    error: bool = False         # an error answer
+    t_fwd: int | None = None    # the good forward (or H2D answer) taken
+    answer: str = "fwd"         # one of ANSWERS
 
     @property
     def fwd_opcode(self) -> int:
-        """The forward that answers every DCOH request (the only one in the table)."""
+        """Every request the DCOH sends is answered MemRdFwd."""
         return M2SReqOpcode.MemRdFwd.value
 
 
@@ -131,6 +143,17 @@ class HostReq:
 class _Msg(Scheduled):
     req: HostReq | None = None
     good: bool = False
+    channel: str = "fwd"        # "fwd" (M2S Req), or H2D "rsp" / "data"
+
+
+def h2d_answer(answer: str, cqid: int) -> tuple[str, dict]:
+    """``(channel, fields)`` of an H2D answer (``go_e``, ``go_err``, ``data_err``)."""
+    if answer == "data_err":
+        return "data", {"cqid": cqid, "chunk_valid": 0, "poison": 0, "go_err": 1,
+                        "rsvd": 0, "data": (1 << LINE_BITS) - 1}
+    state = {"go_e": GoState.E, "go_err": GoState.Error}[answer]
+    return "rsp", {"opcode": H2DRspOpcode.GO.value, "rsp_data": state.value, "rsp_pre": 0,
+                   "cqid": cqid, "rsvd": 0}
 
 
 def fwd_fields(opcode: int, tag: int, line: int) -> dict:
@@ -145,18 +168,17 @@ class DcohHost:
 
     ``read_opcode`` is the D2H Req the device uses for reads (the DCOH's parameter);
     ``faults(req)`` returns the :data:`FWD_FAULTS` for a new request (default none);
-    ``h2d``, ``error_rate`` and ``answer(req) -> flow name | None`` choose the answers
-    (module docstring).
+    ``answer(req)`` one of :data:`ANSWERS` allowed for the request (default ``fwd``, or
+    with ``h2d`` a random good one); ``protocol`` follows every request and answer.
     """
 
     timing: HostTiming = field(default_factory=HostTiming)
     rng: random.Random = field(default_factory=random.Random)
     read_opcode: D2HReqOpcode = D2HReqOpcode.RdCurr
     faults: Callable[[HostReq], Iterable[str]] | None = None
-    protocol: ProtocolChecker = field(default_factory=ProtocolChecker)
+    answer: Callable[[HostReq], str] | None = None
     h2d: bool = False
-    error_rate: float = 0.0
-    answer: Callable[[HostReq], str | None] | None = None
+    protocol: ProtocolChecker = field(default_factory=ProtocolChecker)
 
     def __post_init__(self) -> None:
         #: Host-cached copies of device lines: host line -> "S" (clean) or "M" (dirty).
@@ -166,26 +188,33 @@ class DcohHost:
         self.reqs: list[HostReq] = []
         #: Every transfer: ``(cycle, "d2h_req" / "fwd", fields)``.
         self.log: list[tuple[int, str, dict]] = []
-        #: Called with ``(req, cycle)`` for each good forward taken.
+        #: Called with ``(req, cycle)`` for each good forward (or GO-E) taken.
         self.listeners: list[Callable[[HostReq, int], None]] = []
+        #: Accesses (not claims) failed by a GO-Err taken, by CQID, until the bench
+        #: collects them with their denied grant.
+        self.failed: dict[int, HostReq] = {}
         self.reset()
 
     # --- state ----------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget everything in flight (the cache stays): the device was reset."""
         self._open: dict[int, HostReq] = {}
-        self._queues = {ch: DueQueue(self.rng, reorder=self.timing.reorder)
-                        for ch in _CHANNELS}
+        self._queue = DueQueue(self.rng, reorder=self.timing.reorder)
+        self._h2d = DueQueue(self.rng, reorder=self.timing.reorder)
+        self.failed = {}
         self.protocol.reset()
 
     def idle(self) -> bool:
-        return not self._open and not any(self._queues.values())
+        return not self._open and not self._queue and not self._h2d
 
     def outstanding(self) -> str:
         """What keeps the host from being idle, for hang messages."""
         parts = [f"cqid {r.cqid} opcode {r.opcode} line {r.line:#x} (seq {r.seq})"
                  for r in list(self._open.values())[:5]]
-        parts += [f"{len(q)} {ch} pending" for ch, q in self._queues.items() if q]
+        if self._queue:
+            parts.append(f"{len(self._queue)} forwards pending")
+        if self._h2d:
+            parts.append(f"{len(self._h2d)} H2D messages pending")
         return "; ".join(parts) or "nothing"
 
     def touch(self, line: int, state: str | None) -> None:
@@ -203,26 +232,49 @@ class DcohHost:
 
     # --- scheduling -------------------------------------------------------------------------
     def _send(self, fields: dict, due: int, *, req: HostReq | None = None,
-              good: bool = False, after: _Msg | None = None, channel: str = "fwd") -> _Msg:
-        return self._queues[channel].push(_Msg(fields, due, after, req=req, good=good))
+              good: bool = False, after: _Msg | None = None) -> _Msg:
+        return self._queue.push(_Msg(fields, due, after, req=req, good=good))
 
-    def offer(self, t: int, channel: str = "fwd") -> dict | None:
-        """The message to present in cycle ``t`` on ``channel`` (``"fwd"``: the M2S
-        forward input; ``"rsp"`` / ``"data"``: H2D Rsp / Data), or None; once returned
-        it is returned again until :meth:`take`."""
-        msg = self._queues[channel].offer(t)
+    def offer(self, t: int) -> dict | None:
+        """The forward to present in cycle ``t``, or None; once returned it is returned
+        again until :meth:`take`."""
+        msg = self._queue.offer(t)
         return None if msg is None else msg.fields
 
-    def take(self, t: int, channel: str = "fwd") -> None:
-        """The message offered on ``channel`` was transferred in cycle ``t``."""
-        msg = self._queues[channel].take(t)
+    def take(self, t: int) -> None:
+        """The forward offered was transferred in cycle ``t``."""
+        msg = self._queue.take(t)
         if msg is None:
-            raise DcohHostError(f"{channel} transfer at {t} with nothing offered")
-        self.log.append((t, channel, msg.fields))
-        if not msg.good:
+            raise DcohHostError(f"forward transfer at {t} with nothing offered")
+        self.log.append((t, "fwd", msg.fields))
+        if msg.good:
+            self.protocol.see("m2s_req", msg.fields, t)
+            self._answered(msg.req, t)
+
+    def offer_h2d(self, t: int) -> tuple[str, dict] | None:
+        """``("rsp" | "data", fields)`` to present in cycle ``t`` on H2D Rsp or H2D Data,
+        or None; once returned it is returned again until :meth:`take_h2d`."""
+        msg = self._h2d.offer(t)
+        return None if msg is None else (msg.channel, msg.fields)
+
+    def take_h2d(self, t: int) -> None:
+        """The H2D message offered was transferred in cycle ``t``."""
+        msg = self._h2d.take(t)
+        if msg is None:
+            raise DcohHostError(f"H2D transfer at {t} with nothing offered")
+        self.log.append((t, f"h2d_{msg.channel}", msg.fields))
+        if msg.good:
+            self.protocol.see(f"h2d_{msg.channel}", msg.fields, t)
+            self._answered(msg.req, t)
+
+    def _answered(self, req: HostReq, t: int) -> None:
+        """The good answer of ``req`` left in cycle ``t``: the host's cache effect."""
+        req.t_fwd = t
+        del self._open[req.cqid]
+        if req.answer in FAILING:   # the request failed: the host keeps its copy
+            if req.opcode != D2HReqOpcode.RdOwnNoData.value:    # an access: a denied grant
+                self.failed[req.cqid] = req
             return
-        self.protocol.see(_CHANNELS[channel], msg.fields, t)
-        req = msg.req
         line = req.line
         if self.cache.get(line) == "M":
             self.writebacks.append((t, line))
@@ -231,9 +283,6 @@ class DcohHost:
                 self.cache[line] = "S"
         else:                       # RdOwn, RdOwnNoData: the host gives the line up
             self.cache.pop(line, None)
-        # (An error answer too: the host gave the line up before it answered.)
-        req.t_fwd = t
-        del self._open[req.cqid]
         for listener in self.listeners:
             listener(req, t)
 
@@ -261,42 +310,44 @@ class DcohHost:
             bad = req.faults - set(FWD_FAULTS)
             if bad:
                 raise ValueError(f"unknown forward faults {sorted(bad)}")
+        r = row("d2h_req", op, "device")
+        if self.answer:
+            req.answer = self.answer(req)
+            if _FLOWS.get(req.answer) not in {x.name for x in r.flows}:
+                raise ValueError(f"answer {req.answer!r} not allowed for opcode {op:#07b}")
+        elif self.h2d:
+            flow = pick(self.rng, r).name
+            req.answer = next(a for a, name in _FLOWS.items() if name == flow)
         self.reqs.append(req)
         self._open[cqid] = req
         due = t + self.timing.latency + (self.rng.randint(0, self.timing.jitter)
                                          if self.timing.jitter else 0)
-        r = row("d2h_req", op, "device")
-        name = self.answer(req) if self.answer else None
-        if name is not None:
-            flow = r.flow(name)
-        else:
-            error = self.h2d and self.rng.random() < self.error_rate
-            flow = pick(self.rng, r, error=error,
-                        channels=_CHANNELS.values() if self.h2d else ("m2s_req",))
-        req.answer, req.error = flow.name, flow.error
         before = None
         for fault in sorted(req.faults):
             if fault == "wrong_opcode":
-                other = (M2SReqOpcode.MemRdFwd if req.fwd_opcode == M2SReqOpcode.MemWrFwd.value
-                         else M2SReqOpcode.MemWrFwd)
-                bad_fields = fwd_fields(other.value, cqid, req.line)
+                bad_fields = fwd_fields(M2SReqOpcode.MemWrFwd.value, cqid, req.line)
             elif fault == "wrong_address":
                 bad_fields = fwd_fields(req.fwd_opcode, cqid, req.line + 1)
             else:
                 bad_fields = fwd_fields(M2SReqOpcode.MemRd.value, cqid, req.line)
             before = self._send(bad_fields, due, req=req, after=before)
-        (msg,) = flow.host_msgs()
-        channel = next(ch for ch, name in _CHANNELS.items() if name == msg.channel)
-        if channel == "fwd":
-            good = fwd_fields(min(msg.opcodes), cqid, req.line)
+        if req.answer == "fwd":
+            self._send(fwd_fields(req.fwd_opcode, cqid, req.line), due, req=req, good=True,
+                       after=before)
         else:
-            extra = {"data": ALL_ONES, "poison": 0} if channel == "data" else {"rsp_pre": 0}
-            good = msg.build({"cqid": cqid}, **extra)
-        self._send(good, due, req=req, good=True, after=before, channel=channel)
+            channel, fields = h2d_answer(req.answer, cqid)
+            self._h2d.push(_Msg(fields, due, before, req=req, good=True, channel=channel))
 
     def raw(self, t: int, fields: dict) -> None:
         """Send an arbitrary M2S Req from cycle ``t`` on, tied to no request."""
         self._send(dict(fields), t)
+
+    def raw_h2d(self, t: int, channel: str, fields: dict) -> None:
+        """Send an arbitrary H2D Rsp (``channel`` "rsp") or H2D Data ("data") from cycle
+        ``t`` on, tied to no request."""
+        if channel not in ("rsp", "data"):
+            raise ValueError(f"channel must be 'rsp' or 'data', not {channel!r}")
+        self._h2d.push(_Msg(dict(fields), t, channel=channel))
 
 
 @dataclass
@@ -342,8 +393,6 @@ class BiasChecker:
         return range(start, start + self.lpp)
 
     def _forward(self, req: HostReq, t: int) -> None:
-        if req.error:
-            return          # an error answer permits nothing
         line = self.dev_line(req.line)
         if req.opcode == D2HReqOpcode.RdOwnNoData.value:
             self.claimed.setdefault(line // self.lpp, set()).add(line)

@@ -277,25 +277,30 @@ def test_pick_and_build():
 
 
 def test_dcoh_host_answers_from_the_table():
-    """tb.dcoh_host.DcohHost answers from the table: MemRdFwd only without H2D channels;
-    with them a mix of MemRdFwd and GO-E for claims, and with error_rate 1 only error
-    answers (GO-Err, or for a read H2D Data with GO-Err); each answer is taken once by
-    its channel and the host ends idle with every transaction complete."""
+    """tb.dcoh_host.DcohHost answers from the table: MemRdFwd only by default; with
+    ``h2d`` a random mix of MemRdFwd and GO-E for claims; an ``answer`` hook may pick
+    any answer the table allows for the request (a disallowed one is refused); every
+    answer is taken once and the host ends idle with every transaction complete."""
     from tb.dcoh_host import DcohHost, HostTiming
 
     ops = (D2HReqOpcode.RdCurr, D2HReqOpcode.RdOwn, D2HReqOpcode.RdOwnNoData)
-    for h2d, error_rate, allowed in (
-            (False, 0.0, {"mem_rd_fwd"}),
-            (True, 0.0, {"mem_rd_fwd", "go_e"}),
-            (True, 1.0, {"go_err", "data_go_err"})):
+    errors = {D2HReqOpcode.RdCurr.value: "data_err"}
+    for h2d, answer, allowed in (
+            (False, None, {"mem_rd_fwd"}),
+            (True, None, {"mem_rd_fwd", "go_e"}),
+            (False, lambda req: errors.get(req.opcode, "go_err"), {"go_err", "data_go_err"})):
         host = DcohHost(timing=HostTiming(latency=0), rng=random.Random(5), h2d=h2d,
-                        error_rate=error_rate)
+                        answer=answer)
         for t in range(60):
             host.d2h(2 * t, _d2h(ops[t % 3], 0x800 + t, 0x100 + t))
-            for ch in ("fwd", "rsp", "data"):
-                if host.offer(2 * t + 1, ch) is not None:
-                    host.take(2 * t + 1, ch)
+            if host.offer(2 * t + 1) is not None:
+                host.take(2 * t + 1)
+            if host.offer_h2d(2 * t + 1) is not None:
+                host.take_h2d(2 * t + 1)
         assert host.idle(), host.outstanding()
         host.protocol.finish()
         assert set(host.protocol.completed) == allowed, (h2d, host.protocol.completed)
         assert all(r.t_fwd is not None for r in host.reqs)
+    host = DcohHost(answer=lambda req: "go_e")
+    with pytest.raises(ValueError, match="answer 'go_e' not allowed"):
+        host.d2h(0, _d2h(D2HReqOpcode.RdOwn))
