@@ -22,6 +22,7 @@ import random
 import cocotb
 import numpy as np
 
+from hw.csr.registers import register_map
 from hw.cxl.cache_agent import CacheError
 from hw.cxl.dcoh import DcohError
 from hw.cxl.messages import D2HReqOpcode, GoState, H2DRspOpcode, M2SReqOpcode
@@ -612,26 +613,37 @@ async def test_flip_claims_mem_rd_fwd_or_go_e(dut, noise):
     assert c["COH_GRANTS_DEVICE"] > 0 and c["COH_HOST_FLIPS"] > flips, c
 
 
+async def _eng_err(bench: CohBench, want: int) -> None:
+    """ENG_ERR holds exactly ``want``; clear it."""
+    got = await bench.tb.csr.read("ENG_ERR")
+    assert got == want, f"ENG_ERR {got:#x}, expected {want:#x}"
+    if got:
+        await bench.tb.csr.write("ENG_ERR", got)
+
+
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_dcoh_host_errors(dut, noise):
-    """The host answers DCOH requests with errors (after giving the line up, so memory
-    stays coherent): GO-Err on H2D Rsp for a read (RdCurr) and for a write (RdOwn), H2D
-    Data with GO-Err and all-ones data for a read, then GO-Err for one claim of a flip.
-    Each access completes with an error grant, whose AXI access still goes to PMEM as
-    for a range error, so the engine reports nothing: descriptors finish with status OK
-    and exact results; COH_DCOH_ERR holds exactly HOST_ERROR; the flip ends with error,
-    its page stays in host bias (a GPU read of it flips nothing back). Afterwards legal
-    traffic and a flip of the same page succeed."""
+    """The host answers DCOH requests with errors (after writing back and giving up its
+    copy, so device memory holds the coherent value): GO-Err on H2D Rsp and H2D Data
+    with GO-Err and all-ones data for reads (RdCurr), GO-Err for the write (RdOwn) of a
+    LOOKUP's first output line, then GO-Err for one claim of a flip. Each access
+    completes as a denied access: the engine gets an AXI SLVERR (ENG_ERR.PMEM_RESP, the
+    engine's report of a failed memory access), the descriptors still complete, a
+    denied read returns memory's (coherent) data, so LOOKUP results stay exact, and a
+    denied write leaves its line unchanged; COH_DCOH_ERR holds exactly HOST_ERROR; the
+    flip ends with error and its page stays in host bias (a GPU read of it flips
+    nothing back). Afterwards legal traffic and a flip of the same page succeed."""
     bench = CohBench(dut, "dcoh_host_errors", noise=noise)
     await bench.start()
-    tb, csr = bench.tb, bench.tb.csr
+    tb, csr, agent = bench.tb, bench.tb.csr, bench.agent
     rng = np.random.default_rng(tb.rng.getrandbits(64))
     prng = random.Random(tb.rng.getrandbits(64))
     drv, tables, (tp, _), _ = await _layout(bench, rng)
     host_error = 1 << int(DcohError.HOST_ERROR)
-    answer, used, left = _plan(prng, {D2HReqOpcode.RdCurr: ["go_err", "data_go_err"],
-                                      D2HReqOpcode.RdOwn: ["go_err"]})
+    pmem_resp = register_map(bench.cfg)["ENG_ERR"].pack(pmem_resp=1)
+    # Reads: GO-Err and H2D Data with GO-Err.
+    answer, used, left = _plan(prng, {D2HReqOpcode.RdCurr: ["go_err", "data_go_err"]})
     bench.cache.answer = answer
     rounds = 0
     while any(left.values()) or rounds == 0:
@@ -639,9 +651,36 @@ async def test_dcoh_host_errors(dut, noise):
         rounds += 1
         assert rounds < 8, f"error answers not all used: {left}"
     bench.cache.answer = None
-    tb.log.info("error answers %s in %d rounds", used, rounds)
-    assert sorted(n for _, n in used) == ["data_go_err", "go_err", "go_err"], used
+    tb.log.info("read error answers %s in %d rounds", used, rounds)
+    assert sorted(n for _, n in used) == ["data_go_err", "go_err"], used
     await bench.check_errors(dcoh=host_error)
+    await _eng_err(bench, pmem_resp)
+    # A write: the first output line of a LOOKUP is denied and keeps its old value.
+    mark = drv.heap.next
+    t = tables[0]
+    exp = await drv.lookup(t, _batch(rng, t.rows), mode=PoolMode.SUM, batch_id=9)
+    denied = exp.out_addr // LINE_BYTES
+    old = drv.image(denied * LINE_BYTES, LINE_BYTES)
+    new = exp.out_image[:LINE_BYTES]
+    assert old != new, "the denied line's old and new values must differ for this test"
+    exp.out_image = old + exp.out_image[LINE_BYTES:]
+    denials = []
+
+    def deny(f: dict) -> str | None:
+        if (f["opcode"] == D2HReqOpcode.RdOwn.value and not denials
+                and f["address"] == agent.host_line(denied)):
+            denials.append(f["cqid"])
+            return "go_err"
+        return None
+
+    bench.cache.answer = deny
+    await drv.run()
+    bench.cache.answer = None
+    drv.heap.release(mark)
+    assert denials and exp.status is Status.OK, (denials, exp.status)
+    assert tb.pmem_line(denied) == old, "a denied write changed memory"
+    await bench.check_errors(dcoh=host_error)
+    await _eng_err(bench, pmem_resp)
     # A claim answered GO-Err: the flip fails and the page stays in host bias.
     answer, used, _ = _plan(prng, {D2HReqOpcode.RdOwnNoData: ["go_err"]}, skip=bench.lpp - 1)
     bench.cache.answer = answer
@@ -656,9 +695,10 @@ async def test_dcoh_host_errors(dut, noise):
     await bench.flip(tp, 1)
     await _lookups(bench, drv, tables, rng, 2)
     await bench.check_errors()
+    await _eng_err(bench, 0)
     await bench.finish()
-    assert bench.protocol.completed.get("go_err", 0) >= 3, bench.protocol.completed
-    assert bench.protocol.completed.get("data_go_err", 0) >= 1, bench.protocol.completed
+    done = bench.protocol.completed
+    assert done.get("go_err", 0) >= 3 and done.get("data_go_err", 0) >= 1, done
 
 
 @cocotb.test()
