@@ -477,11 +477,11 @@ class HostCache:
     the request's Tag before the answer (each taken before the next), outside the
     table; ``h2d_faults(fields) -> [(channel, H2D fields), ...]`` does the same with H2D
     Rsp / Data messages (on ``h2d``); ``answer(fields) -> flow name | None`` picks the
-    answer (``"go_err"``, ``"data_go_err"``, ...) instead of a random good one;
-    ``error_rate`` is the
-    probability of a random error answer (GO-Err on H2D Rsp, or for a read H2D Data
-    with GO-Err). The host gives the line up (or keeps it clean) before any answer, so
-    an error answer leaves the device's memory coherent whatever the device then does.
+    answer (``"go_err"``, ``"data_go_err"``, ...) instead of a random one;
+    ``error_rate`` is the probability that the random answer is one of the table's
+    error answers (GO-Err on H2D Rsp, or for a read H2D Data with GO-Err). The host
+    writes back and gives up (or keeps clean) its copy before any answer, so an error
+    answer leaves device memory coherent whatever the device then does.
     ``h2d(channel, fields, checked=True) -> message`` queues an H2D Rsp / Data (shown to
     the protocol checker unless ``checked`` is false; the message's ``taken`` is set at
     its transfer); without it only the CXL.mem answers are used.

@@ -642,17 +642,20 @@ async def test_dcoh_host_errors(dut, noise):
     drv, tables, (tp, _), _ = await _layout(bench, rng)
     host_error = 1 << int(DcohError.HOST_ERROR)
     pmem_resp = register_map(bench.cfg)["ENG_ERR"].pack(pmem_resp=1)
-    # Reads: GO-Err and H2D Data with GO-Err.
-    answer, used, left = _plan(prng, {D2HReqOpcode.RdCurr: ["go_err", "data_go_err"]})
-    bench.cache.answer = answer
+    # Reads: GO-Err and H2D Data with GO-Err at random (error_rate), every other
+    # request answered MemRdFwd, until both kinds have been seen.
+    cache = bench.cache
+    cache.answer = (lambda f: None if f["opcode"] == D2HReqOpcode.RdCurr.value
+                    else "mem_rd_fwd")
+    cache.error_rate = 0.2
     rounds = 0
-    while any(left.values()) or rounds == 0:
+    while not (cache.answers.get("RdCurr:go_err")
+               and cache.answers.get("RdCurr:data_go_err")):
         await _lookups(bench, drv, tables, rng, 1)
         rounds += 1
-        assert rounds < 8, f"error answers not all used: {left}"
-    bench.cache.answer = None
-    tb.log.info("read error answers %s in %d rounds", used, rounds)
-    assert sorted(n for _, n in used) == ["data_go_err", "go_err"], used
+        assert rounds < 8, f"error answers not all used: {cache.answers}"
+    cache.answer, cache.error_rate = None, 0.0
+    tb.log.info("answers after %d rounds of reads with errors: %s", rounds, cache.answers)
     await bench.check_errors(dcoh=host_error)
     await _eng_err(bench, pmem_resp)
     # A write: the first output line of a LOOKUP is denied and keeps its old value.
