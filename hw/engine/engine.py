@@ -183,11 +183,15 @@ class Engine(wiring.Component):
             "ev_record": Out(1),
         })
 
+    #: AXI ID bits the engine's PMEM arbiter adds to name its managers: each manager
+    #: gets ``axi_id_width - MANAGER_ID_BITS`` bits (``DeviceConfig`` checks the budget).
+    MANAGER_ID_BITS = (len(_MANAGERS) - 1).bit_length()
+
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
         aw = cfg.pmem_addr_width
-        mid = cfg.axi_id_width - (len(_MANAGERS) - 1).bit_length()
+        mid = cfg.axi_id_width - self.MANAGER_ID_BITS
         max_lines = cfg.engine_max_lines
 
         m.submodules.fetch = fetch = DescFetch(addr_width=aw, id_width=mid)
