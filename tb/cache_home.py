@@ -15,6 +15,15 @@ describes (CXL 2.0 §3.2; ``docs/cxl-encodings.md``):
 * **Snoops** (:meth:`CacheHome.snoop`): H2D Req with a fresh UQID; every D2H Rsp must
   name an outstanding snoop.
 
+The answers come from the protocol table (:mod:`tb.cxl_protocol`, CXL 1.1 Table 16,
+CXL 3.1 Table 3-23): a fault names the table's error flow it takes (``poison``,
+``go_err``, ``go_err_writepull``, ``drop``, ``go_error``), a good write picks
+GO_WritePull or WritePull + GO at random (``split_writes``), and every request, every
+answer of the table and every D2H Data and D2H Rsp of the device goes through
+:attr:`CacheHome.protocol`, so the device's side of each flow (the pull's UQID, one
+D2H Data per pull, snoop answers the snoop allows) is held to the table. The extra
+messages of the structural faults are outside the table and not shown to it.
+
 Each message gets a due cycle (latency plus ``0 .. jitter``); per channel the oldest due
 message goes first, or a random due one with ``reorder``. Faults (poisoned data, GO-Err,
 GO with state Error, stray GOs, pulls of the wrong kind, ...) are chosen per request by
@@ -46,6 +55,7 @@ from hw.cxl.messages import (
     H2DReqOpcode,
     H2DRspOpcode,
 )
+from tb.cxl_protocol import ProtocolChecker, row
 from tb.due_queue import DueQueue, Scheduled
 
 __all__ = [
@@ -87,6 +97,11 @@ ERROR_FAULTS = frozenset({"poison", "go_err", "go_error", "go_err_writepull", "d
 
 _LINE_MASK = (1 << 512) - 1
 _READ_STRUCTURAL = ("dup_go", "write_pull")
+#: The table's flow for a fault (the others: a good flow plus an extra message).
+_FAULT_FLOW = {"poison": "data_poison", "go_err": "data_go_err",
+               "go_err_writepull": "go_err_writepull", "drop": "drop",
+               "go_error": "writepull_go_err", "dup_pull": "writepull_go",
+               "ext_cmp": "go_writepull"}
 
 
 class HomeProtocolError(Exception):
@@ -161,6 +176,7 @@ class Txn:
     wants_data: bool = False    # write: D2H Data still expected
     split: bool = False         # write: WritePull, then GO after the data
     gate: _Msg | None = None    # write: the message its GO waits for
+    go_state: GoState = GoState.I   # write, split: the state its GO grants
     done: bool = False
 
     @property
@@ -173,7 +189,8 @@ class Txn:
 class _Msg(Scheduled):
     channel: str = ""
     txn: Txn | None = None
-    role: str = ""              # "data", "go", "pull", "snoop", "extra", "raw"
+    role: str = ""              # "data", "go", "pull", "snoop", "extra", "raw", "answer"
+    checked: bool = False       # a message of the protocol table: shown to the checker
 
 
 @dataclass
@@ -181,12 +198,15 @@ class CacheHome:
     """Home agent for GPU memory: see the module docstring.
 
     ``faults(txn)`` returns the fault names for a new request (default: none); it may
-    look at ``txn.kind``, ``txn.seq``, ``txn.cqid`` and ``txn.line``.
+    look at ``txn.kind``, ``txn.seq``, ``txn.cqid`` and ``txn.line``. ``protocol`` is
+    the link's :class:`~tb.cxl_protocol.ProtocolChecker` (a bench shares one between
+    its CXL.mem and CXL.cache models).
     """
 
     timing: HomeTiming = field(default_factory=HomeTiming)
     rng: random.Random = field(default_factory=random.Random)
     faults: Callable[[Txn], frozenset[str] | set[str]] | None = None
+    protocol: ProtocolChecker = field(default_factory=ProtocolChecker)
 
     def __post_init__(self) -> None:
         self.mem: dict[int, int] = {}
@@ -213,6 +233,8 @@ class CacheHome:
         self._free_uqids = deque(range(UQIDS))
         self._queues = {c: DueQueue(self.rng, reorder=self.timing.reorder)
                         for c in CHANNELS}
+        self._checked_snoops: set[int] = set()
+        self.protocol.reset(("cqid", "uqid"))
 
     def read_line(self, line: int) -> int:
         if line not in self.mem:
@@ -239,9 +261,9 @@ class CacheHome:
         return base + (self.rng.randint(0, self.timing.jitter) if self.timing.jitter else 0)
 
     def _send(self, channel: str, fields: dict, due: int, *, txn: Txn | None = None,
-              role: str = "", after: _Msg | None = None) -> _Msg:
+              role: str = "", after: _Msg | None = None, checked: bool = False) -> _Msg:
         msg = self._queues[channel].push(_Msg(fields, due, after, channel=channel, txn=txn,
-                                              role=role))
+                                              role=role, checked=checked))
         if txn is not None:
             txn.open_msgs += 1
         return msg
@@ -264,6 +286,8 @@ class CacheHome:
         if msg is None:
             raise HomeProtocolError(f"H2D {channel}: transfer with nothing offered")
         self.log.append((t, f"h2d_{channel}", msg.fields))
+        if msg.checked:
+            self.protocol.see(f"h2d_{channel}", msg.fields, t)
         txn = msg.txn
         if txn is None:
             return
@@ -296,24 +320,21 @@ class CacheHome:
             old = self._open[cqid]
             raise HomeProtocolError(f"D2H Req at {t}: CQID {cqid} reused while {old.kind} "
                                     f"seq {old.seq} is in flight")
-        timing = self.timing
-        if op == D2HReqOpcode.RdCurr.value:
-            txn = Txn("read", len(self.reads), cqid, line, t, frozenset())
-            txn.faults = frozenset(self.faults(txn)) if self.faults else frozenset()
-            self._check_faults(txn, READ_FAULTS)
-            self.reads.append(txn)
-            self._open[cqid] = txn
-            self._read(txn, t)
-        elif op == D2HReqOpcode.ItoMWr.value:
-            txn = Txn("write", len(self.writes), cqid, line, t, frozenset())
-            txn.faults = frozenset(self.faults(txn)) if self.faults else frozenset()
-            self._check_faults(txn, WRITE_FAULTS)
-            self.writes.append(txn)
-            self._open[cqid] = txn
-            self._write(txn, t, timing)
-        else:
+        if op not in (D2HReqOpcode.RdCurr.value, D2HReqOpcode.ItoMWr.value):
             raise HomeProtocolError(f"D2H Req at {t}: opcode {op:#07b} not expected from this "
                                     f"agent")
+        self.protocol.request("d2h_req", f, t, target="host")
+        kind = "read" if op == D2HReqOpcode.RdCurr.value else "write"
+        txns = self.reads if kind == "read" else self.writes
+        txn = Txn(kind, len(txns), cqid, line, t, frozenset())
+        txn.faults = frozenset(self.faults(txn)) if self.faults else frozenset()
+        self._check_faults(txn, READ_FAULTS if kind == "read" else WRITE_FAULTS)
+        txns.append(txn)
+        self._open[cqid] = txn
+        if kind == "read":
+            self._read(txn, t)
+        else:
+            self._write(txn, t, self.timing)
 
     def _check_faults(self, txn: Txn, allowed: tuple[str, ...]) -> None:
         bad = txn.faults - set(allowed)
@@ -333,6 +354,12 @@ class CacheHome:
         txn.value = _LINE_MASK if failed else line      # the line sent
         data = {"cqid": txn.cqid, "data": txn.value, "poison": int("poison" in faults),
                 "go_err": int(failed)}
+        checked = not (failed and "poison" in faults)   # (both at once: no table flow)
+        if checked:
+            flow = self._flow(txn, "data")
+            assert flow.msgs[0].mismatch(data, {"cqid": txn.cqid}) is None, flow
+        else:
+            self.protocol.forget(("cqid", txn.cqid))
         t_data = t + self._delay(self.timing.read_latency)
         extra = None
         if "write_pull" in faults:
@@ -344,34 +371,49 @@ class CacheHome:
         before = None
         if extra is not None:
             before = self._send("rsp", extra, t_data, txn=txn, role="extra")
-        self._send("data", data, t_data, txn=txn, role="data", after=before)
+        self._send("data", data, t_data, txn=txn, role="data", after=before, checked=checked)
 
     def _write(self, txn: Txn, t: int, timing: HomeTiming) -> None:
         faults = txn.faults
         due = t + self._delay(timing.write_latency)
+        flow = self._flow(txn, "go_writepull",
+                          {"writepull_go": timing.split_writes,
+                           "go_writepull": 1.0 - timing.split_writes})
+        first = flow.msgs[0]        # the pull (or GO_WritePull_Drop)
 
-        def send(opcode, role, after=None, uqid=None):
+        def send(opcode, role, after=None, uqid=None, checked=False):
             return self._send("rsp", {"opcode": opcode.value, "cqid": txn.cqid,
                                       "rsp_data": 0 if uqid is None else uqid},
-                              due, txn=txn, role=role, after=after)
+                              due, txn=txn, role=role, after=after, checked=checked)
 
-        if "drop" in faults:
-            send(H2DRspOpcode.GO_WritePull_Drop, "drop", uqid=self._uqid())
+        if flow.name == "drop":
+            send(H2DRspOpcode(min(first.opcodes)), "drop", uqid=self._uqid(), checked=True)
             return
         txn.uqid = self._uqid()
         txn.wants_data = True
         self._pulls[txn.uqid] = txn
-        txn.split = ("go_error" in faults or "dup_pull" in faults
-                     or (not faults and self.rng.random() < timing.split_writes))
-        if txn.split:       # the GO follows the data (_d2h_data)
-            pull = send(H2DRspOpcode.WritePull, "pull", uqid=txn.uqid)
+        txn.split = flow.name.startswith("writepull")
+        if txn.split:       # the GO (flow.msgs[1]) follows the data (_d2h_data)
+            txn.go_state = GoState(flow.msgs[1].fields["rsp_data"])
+            pull = send(H2DRspOpcode(min(first.opcodes)), "pull", uqid=txn.uqid, checked=True)
             if "dup_pull" in faults:
                 txn.gate = send(H2DRspOpcode.WritePull, "extra", pull, uqid=txn.uqid)
             return
         before = send(H2DRspOpcode.ExtCmp, "extra") if "ext_cmp" in faults else None
-        opcode = (H2DRspOpcode.GO_ERR_WritePull if "go_err_writepull" in faults
-                  else H2DRspOpcode.GO_WritePull)
-        send(opcode, "go", before, uqid=txn.uqid)
+        send(H2DRspOpcode(min(first.opcodes)), "go", before, uqid=txn.uqid, checked=True)
+
+    def _flow(self, txn: Txn, good: str, weights: dict[str, float] | None = None):
+        """The table's flow for ``txn``: the one its fault names, else a random good one
+        (``weights``), else ``good``."""
+        r = row("d2h_req", (D2HReqOpcode.RdCurr if txn.kind == "read"
+                            else D2HReqOpcode.ItoMWr).value, "host")
+        named = [_FAULT_FLOW[x] for x in sorted(txn.faults) if x in _FAULT_FLOW]
+        if named:
+            return r.flow(named[0])
+        if weights:
+            names = list(weights)
+            return r.flow(self.rng.choices(names, weights=[weights[n] for n in names])[0])
+        return r.flow(good)
 
     def _d2h_data(self, t: int, f: dict) -> None:
         uqid = f["uqid"]
@@ -381,6 +423,7 @@ class CacheHome:
         txn = self._pulls.pop(uqid, None)
         if txn is None:
             raise HomeProtocolError(f"D2H Data at {t}: UQID {uqid} names no pull in flight")
+        self.protocol.see("d2h_data", f, t)
         txn.value, txn.t_data, txn.wants_data = f["data"], t, False
         self._free_uqids.append(uqid)
         if "go_err_writepull" not in txn.faults:       # else the host drops the data
@@ -388,11 +431,10 @@ class CacheHome:
             self.mem[txn.line] = txn.value
             self.history[txn.line].append((t, txn.value))
         if txn.split:
-            state = GoState.Error if "go_error" in txn.faults else GoState.I
             self._send("rsp", {"opcode": H2DRspOpcode.GO.value, "cqid": txn.cqid,
-                               "rsp_data": state.value},
+                               "rsp_data": txn.go_state.value},
                        t + self._delay(self.timing.go_after_data), txn=txn, role="go",
-                       after=txn.gate)
+                       after=txn.gate, checked=True)
         self._maybe_close(txn)
 
     def _d2h_rsp(self, t: int, f: dict) -> None:
@@ -402,6 +444,9 @@ class CacheHome:
         if f["opcode"] != D2HRspOpcode.RspIHitI.value or f.get("rsvd", 0):
             raise HomeProtocolError(f"D2H Rsp at {t}: {f} is not RspIHitI (the device holds "
                                     f"no host line)")
+        if uqid in self._checked_snoops:
+            self._checked_snoops.discard(uqid)
+            self.protocol.see("d2h_rsp", f, t)
         del self._snoops[uqid]
         self._free_uqids.append(uqid)
         self.snoops_answered += 1
@@ -412,16 +457,28 @@ class CacheHome:
         included); returns its UQID."""
         uqid = self._uqid()
         self._snoops[uqid] = (t, opcode)
-        self._send("req", {"opcode": opcode, "address": line, "uqid": uqid}, t, role="snoop")
+        fields = {"opcode": opcode, "address": line, "uqid": uqid}
+        if row("h2d_req", opcode, "host") is not None:     # (a reserved one is bad input)
+            self.protocol.request("h2d_req", fields, t, target="host")
+            self._checked_snoops.add(uqid)
+        self._send("req", fields, t, role="snoop")
         self.snoops_sent += 1
         return uqid
 
-    def raw(self, channel: str, t: int, fields: dict) -> None:
+    def raw(self, channel: str, t: int, fields: dict) -> _Msg:
         """Send an arbitrary H2D Rsp or H2D Data from cycle ``t`` on, tied to no request
-        (bad-input tests)."""
+        (bad-input tests; not shown to the protocol checker)."""
         if channel not in ("rsp", "data"):
             raise ValueError(f"raw messages go on 'rsp' or 'data', not {channel!r}")
-        self._send(channel, dict(fields), t, role="raw")
+        return self._send(channel, dict(fields), t, role="raw")
+
+    def answer(self, channel: str, t: int, fields: dict) -> _Msg:
+        """Send, from cycle ``t`` on, an H2D Rsp or H2D Data that answers another
+        model's request (the DCOH's, answered by the host of device memory): shown to
+        the protocol checker when it is taken."""
+        if channel not in ("rsp", "data"):
+            raise ValueError(f"answers go on 'rsp' or 'data', not {channel!r}")
+        return self._send(channel, dict(fields), t, role="answer", checked=True)
 
 
 class CoherenceChecker:

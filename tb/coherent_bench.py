@@ -3,10 +3,14 @@ CXL.cache and HDM-D (``docs/coherence.md``).
 
 :class:`CohBench` adds the CXL.cache BFM, the GPU home agent, the GPU's write-back cache
 of device lines and the coherence checker of :mod:`tb.coherent_host`, and drives the
-DCOH's CSRs (flips, errors, counters). :class:`CoherentDriver` is the engine driver
-whose buffers and descriptors go into the GPU's cache (dirty), so every engine read of a
-host-bias line fetches the GPU's data through RdCurr -> write-back -> MemRdFwd. Used by
-the tests (``tb/test_coherence.py``) and the bench (``tb/bench_coherence.py``).
+DCOH's CSRs (flips, errors, counters). One :class:`~tb.cxl_protocol.ProtocolChecker`
+(the agent's) follows every transaction on the link: the host's CXL.mem requests, the
+DCOH's and the cache agent's D2H requests, the snoops; the host models answer from its
+table, and :meth:`CohBench.finish` fails on any transaction left incomplete.
+:class:`CoherentDriver` is the engine driver whose buffers and descriptors go into the
+GPU's cache (dirty), so every engine read of a host-bias line fetches the GPU's data
+through RdCurr -> write-back -> MemRdFwd. Used by the tests (``tb/test_coherence.py``)
+and the bench (``tb/bench_coherence.py``).
 """
 
 from __future__ import annotations
@@ -87,6 +91,16 @@ class CohBench:
                                rng=random.Random(rng.getrandbits(64)), capacity=capacity,
                                latency=host_latency, jitter=6 if noise else 0,
                                claim_full=0.25, log=tb.log)
+        # One protocol checker for the link; DCOH answers on H2D go through the GPU
+        # home's queues (the same H2D channels), shown to the checker when taken.
+        self.protocol = self.gpu.home.protocol = self.agent.protocol
+        home = self.gpu.home
+
+        def h2d(channel: str, f: dict, checked: bool = True):
+            send = home.answer if checked else home.raw
+            return send(channel.removeprefix("h2d_"), tb.loop.cycle, f)
+
+        self.cache.h2d = h2d
         self.agent_cqids = cfg.cache_cqids + cfg.cache_write_cqids
         self._flip_lock = Lock()
         tb.log.info("GPU home latency %d, host forward latency %d, page %d bytes",
@@ -165,15 +179,7 @@ class CohBench:
                     must_succeed: bool) -> int:
         csr = self.tb.csr
         for attempt in range(retries + 1):
-            t0 = self.tb.loop.cycle
-            await csr.write("COH_FLIP_FIRST", first)
-            await csr.write("COH_FLIP_PAGES", pages)
-            await csr.write_fields("COH_FLIP", start=1, to_host=int(to_host))
-            await self.tb.loop.wait_cycles(4)
-            status = await self.wait_flip()
-            assert status & FLIP_DONE, f"COH_FLIP_STATUS {status:#x}: not done"
-            error = bool(status & FLIP_ERROR)
-            self.checker.flip_done(first, pages, to_host=to_host, ok=not error, t_start=t0)
+            error = await self._flip_once(first, pages, to_host)
             if not error:
                 return attempt
             assert not to_host, f"flip to host bias of pages {first}+{pages} failed"
@@ -185,6 +191,25 @@ class CohBench:
         if must_succeed:
             raise AssertionError(f"flip of pages {first}+{pages} contended {retries + 1} times")
         return retries + 1
+
+    async def flip_once(self, first: int, pages: int, *, to_host: bool = False) -> bool:
+        """One flip command, not retried, whatever its error; returns
+        COH_FLIP_STATUS.ERROR (the caller reads COH_DCOH_ERR)."""
+        async with self._flip_lock:
+            return await self._flip_once(first, pages, to_host)
+
+    async def _flip_once(self, first: int, pages: int, to_host: bool) -> bool:
+        csr = self.tb.csr
+        t0 = self.tb.loop.cycle
+        await csr.write("COH_FLIP_FIRST", first)
+        await csr.write("COH_FLIP_PAGES", pages)
+        await csr.write_fields("COH_FLIP", start=1, to_host=int(to_host))
+        await self.tb.loop.wait_cycles(4)
+        status = await self.wait_flip()
+        assert status & FLIP_DONE, f"COH_FLIP_STATUS {status:#x}: not done"
+        error = bool(status & FLIP_ERROR)
+        self.checker.flip_done(first, pages, to_host=to_host, ok=not error, t_start=t0)
+        return error
 
     def host_lines(self, first_page: int, pages: int) -> list[int]:
         base = self.agent.host_line(first_page * self.lpp)
@@ -232,6 +257,8 @@ class CohBench:
         await self.cache.flush()
         await self.cache.idle()
         await tb.loop.wait_until(self.gpu.home.idle, timeout=100_000, what="GPU home idle")
+        await self.agent.wait_idle()
+        self.protocol.finish()
         lines = self.cache.check_final(tb.pmem_line)
         problems = self.cbfm.violations()
         assert not problems, "CXL.cache protocol violations:\n" + "\n".join(problems)
@@ -239,9 +266,9 @@ class CohBench:
             "COH_GRANTS_DEVICE", "COH_GRANTS_HOST", "COH_HOST_FLIPS", "COH_RD_LINES",
             "COH_WR_LINES")}
         tb.log.info("coherence checks: %d (%d lines at the end); host cache %s; forwards "
-                    "open %d; CXL.cache transfers %d; counters %s", self.checker.checks,
-                    lines, self.cache.stats, self.cache.open_fwds, len(self.gpu.home.log),
-                    counters)
+                    "open %d; CXL.cache transfers %d; counters %s; protocol flows %s",
+                    self.checker.checks, lines, self.cache.stats, self.cache.open_fwds,
+                    len(self.gpu.home.log), counters, self.protocol.completed)
         self.counters = counters
         await tb.finish()
 

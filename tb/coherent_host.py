@@ -13,9 +13,12 @@ a write-back MESI cache of device lines, and a coherence checker (``docs/coheren
   :class:`CoherentHostAgent`; dirty lines leave with MemWr (eviction, :meth:`flush`,
   or a device request). It also answers the DCOH's D2H requests for device lines
   (``docs/cxl-encodings.md``, "Flows"): RdCurr / RdShared -> write back a
-  dirty copy, wait for its NDR, keep a clean copy, MemRdFwd; RdOwn -> write back, drop,
-  MemRdFwd; RdOwnNoData -> write back, drop, MemRdFwd. Every operation on a line is
-  serialised behind the previous one (a per-line lock), as a home agent does.
+  dirty copy, wait for its NDR, keep a clean copy; RdOwn, RdOwnNoData -> write back,
+  drop; then an answer of the protocol table (:mod:`tb.cxl_protocol`, CXL 1.1 Table
+  17, CXL 3.1 Table 3-24): MemRdFwd, or for RdOwnNoData MemRdFwd or GO-E at random;
+  with error injection GO-Err on H2D Rsp, or for a read H2D Data with GO-Err. Every
+  operation on a line is serialised behind the previous one (a per-line lock), as a
+  home agent does.
 * :class:`CoherenceChecker` -- checks every transfer against the rules of
   ``docs/coherence.md``: one writer or many readers per device line (the host cache's
   state against the accesses the host has forwarded to the device and the pages in
@@ -51,6 +54,7 @@ from hw.cxl.messages import (
 from hw.top import DCOH_CQID_BASE
 from sim.golden_memory import LINE_BYTES
 from tb.cache_home import CacheHome, HomeTiming, background_line
+from tb.cxl_protocol import ALL_ONES, Flow, pick, row
 from tb.host_agent import HostAgent, Txn
 from tb.stream import StreamChecker, StreamSink, StreamSource
 
@@ -220,9 +224,10 @@ class CoherentHostAgent(HostAgent):
     Differences: tags of the host's own requests stay clear of the 12-bit CQID space
     (a forward's Tag is the DCOH's CQID, reused as soon as the DCOH frees it, so it
     must never collide with a tag in flight); MemRdFwd / MemWrFwd are routed to the
-    DCOH and set no ERR_STATUS bit; the M2S router may take a Req and an RwD in one
-    cycle (the two channels are independent; the host never has both for one line in
-    flight, see :class:`HostCache`).
+    DCOH and set no ERR_STATUS bit; a forward sent as the answer of a D2H request
+    (``answer=True``) goes to the protocol checker at its handshake; the M2S router may
+    take a Req and an RwD in one cycle (the two channels are independent; the host
+    never has both for one line in flight, see :class:`HostCache`).
     """
 
     coherent = True
@@ -233,13 +238,16 @@ class CoherentHostAgent(HostAgent):
             if tag not in self._pending and tag not in self._quarantine:
                 return tag
 
-    def forward(self, opcode: int, line: int, cqid: int) -> Txn:
+    def forward(self, opcode: int, line: int, cqid: int, *, answer: bool = False) -> Txn:
         """Queue an M2S MemRdFwd / MemWrFwd (or any opcode, for bad input) with Tag
-        ``cqid`` for host line ``line``."""
+        ``cqid`` for host line ``line``; ``answer``: the table's answer to the D2H
+        request ``cqid`` (checked by :attr:`protocol` when it is taken)."""
         self._quarantine.pop(cqid, None)
         self._recent.pop(cqid, None)
-        return self.send_req(opcode, line, tag=cqid, meta_field=MetaField.NoOp,
-                             meta_value=MetaValue.Invalid)
+        txn = self.send_req(opcode, line, tag=cqid, meta_field=MetaField.NoOp,
+                            meta_value=MetaValue.Invalid)
+        txn.answer = answer
+        return txn
 
     def _expect_req(self, txn: Txn) -> None:
         super()._expect_req(txn)
@@ -249,7 +257,10 @@ class CoherentHostAgent(HostAgent):
     def _accepted(self, queue, tag: int, cycle: int) -> None:
         if self.coherent:
             self._last_accept = -1
+        txn = queue[0]
         super()._accepted(queue, tag, cycle)
+        if txn.answer:
+            self.protocol.see("m2s_req", txn.fields, cycle)
 
 
 class LineLocks:
@@ -455,8 +466,25 @@ class HostCache:
     The DCOH's D2H requests for device lines (:meth:`d2h_req`) are handled ``latency``
     cycles after their transfer, behind the line's lock: write back a dirty copy and
     wait for its Cmp, downgrade to S (read) or drop the copy (RdOwn, RdOwnNoData), then
-    queue the forward. ``faults(fields) -> [(M2S opcode, host line), ...]`` puts bad
-    forwards with the request's Tag before the good one (each taken before the next).
+    answer with a flow of the request's row in the protocol table
+    (:mod:`tb.cxl_protocol`), chosen at random among the good ones: MemRdFwd (queued on
+    CXL.mem, so that later host requests of the line stay behind it), or GO-E on H2D
+    Rsp for a claim (the line stays locked until the device has taken it). The request
+    and the answer go through the agent's :attr:`~tb.host_agent.HostAgent.protocol`
+    checker, so a D2H request outside the table fails at once.
+
+    Hooks: ``faults(fields) -> [(M2S opcode, host line), ...]`` puts bad forwards with
+    the request's Tag before the answer (each taken before the next), outside the
+    table; ``h2d_faults(fields) -> [(channel, H2D fields), ...]`` does the same with H2D
+    Rsp / Data messages (on ``h2d``); ``answer(fields) -> flow name | None`` picks the
+    answer (``"go_err"``, ``"data_go_err"``, ...) instead of a random one;
+    ``error_rate`` is the probability that the random answer is one of the table's
+    error answers (GO-Err on H2D Rsp, or for a read H2D Data with GO-Err). The host
+    writes back and gives up (or keeps clean) its copy before any answer, so an error
+    answer leaves device memory coherent whatever the device then does.
+    ``h2d(channel, fields, checked=True) -> message`` queues an H2D Rsp / Data (shown to
+    the protocol checker unless ``checked`` is false; the message's ``taken`` is set at
+    its transfer); without it only the CXL.mem answers are used.
 
     Members
     -------
@@ -482,6 +510,13 @@ class HostCache:
         self.lines: dict[int, list] = {}
         self.locks = LineLocks()
         self.faults: Callable[[dict], list[tuple[int, int]]] | None = None
+        self.h2d_faults: Callable[[dict], list[tuple[str, dict]]] | None = None
+        self.answer: Callable[[dict], str | None] | None = None
+        self.error_rate = 0.0
+        self.h2d: Callable[[str, dict], object] | None = None
+        self.protocol = agent.protocol
+        #: Answers sent, by request and flow of the protocol table ("RdOwn:mem_rd_fwd").
+        self.answers: dict[str, int] = {}
         self.stats = dict.fromkeys(("hits", "misses", "claims", "writebacks", "evictions",
                                     "fwd_read", "fwd_write", "fwd_claim"), 0)
         self.open_fwds = 0
@@ -646,16 +681,14 @@ class HostCache:
     # --- the DCOH's requests --------------------------------------------------------------
     def d2h_req(self, fields: dict, cycle: int) -> None:
         """A D2H Req for a device line (from the DCOH), transferred in ``cycle``."""
-        op, cqid = fields["opcode"], fields["cqid"]
+        cqid = fields["cqid"]
         if fields["nt"] or fields["rsvd0"] or fields["rsvd1"]:
             raise AssertionError(f"cycle {cycle}: D2H Req with NT or reserved bits: {fields}")
-        if op not in (*_READS, D2HReqOpcode.RdOwn.value, D2HReqOpcode.RdOwnNoData.value):
-            raise AssertionError(f"cycle {cycle}: D2H Req opcode {op:#07b} for device line "
-                                 f"{fields['address']:#x}: not a DCOH request")
         if cqid < DCOH_CQID_BASE:
             raise AssertionError(f"cycle {cycle}: DCOH request with cache-agent CQID {cqid}")
         if self.agent.in_reset:
             return      # taken at the edge that reset the DCOH: it forgot the request
+        self.protocol.request("d2h_req", fields, cycle, target="device")
         self.open_fwds += 1
         self._spawn(self._forward(fields, self._epoch))
 
@@ -678,18 +711,46 @@ class HostCache:
             if epoch != self._epoch:
                 return
             kind = "read" if read else "write" if op == D2HReqOpcode.RdOwn.value else "claim"
-            fwd = M2SReqOpcode.MemRdFwd.value      # the answer to every DCOH request
+            flow = self._choose(f)
             for bad_op, bad_line in (self.faults(f) if self.faults else ()):
-                # A bad forward with the request's Tag, taken before the good one.
+                # A bad forward with the request's Tag, taken before the answer.
                 bad = self.agent.forward(bad_op, bad_line, cqid)
                 await self.loop.wait_until(lambda b=bad: b.accepted is not None,
                                            timeout=100_000, what="bad forward taken")
+            for channel, bad_h2d in (self.h2d_faults(f) if self.h2d_faults else ()):
+                bad = self.h2d(channel, bad_h2d, checked=False)
+                await self.loop.wait_until(lambda b=bad: b.taken is not None,
+                                           timeout=100_000, what="bad H2D message taken")
             self.checker.forward(self.dev(line), kind, self.loop.cycle)
-            self.agent.forward(fwd, line, cqid)
+            (msg,) = flow.host_msgs()
+            if msg.channel == "m2s_req":
+                self.agent.forward(min(msg.opcodes), line, cqid, answer=True)
+                sent = None
+            else:
+                extra = {"data": ALL_ONES, "poison": 0} if msg.channel == "h2d_data" else {}
+                sent = self.h2d(msg.channel, msg.build({"cqid": cqid}, **extra))
             self.stats[f"fwd_{kind}"] += 1
+            key = f"{D2HReqOpcode(op).name}:{flow.name}"
+            self.answers[key] = self.answers.get(key, 0) + 1
             self.open_fwds -= 1
+            if sent is not None:
+                # Later host requests of the line wait until the device has the answer.
+                await self.loop.wait_until(
+                    lambda: sent.taken is not None or epoch != self._epoch,
+                    timeout=100_000, what=f"{flow.name} for CQID {cqid} taken")
         finally:
             self.locks.release(line)
+
+    def _choose(self, f: dict) -> Flow:
+        """The answer to D2H request ``f``: the ``answer`` hook's, else a random error
+        flow with probability ``error_rate``, else a random good one."""
+        r = row("d2h_req", f["opcode"], "device")
+        name = self.answer(f) if self.answer else None
+        if name is not None:
+            return r.flow(name)
+        channels = ("m2s_req", "h2d_rsp", "h2d_data") if self.h2d else ("m2s_req",)
+        error = self.h2d is not None and self.rng.random() < self.error_rate
+        return pick(self.rng, r, error=error, channels=channels)
 
     # --- end of test ---------------------------------------------------------------------
     def check_final(self, pmem_line: Callable[[int], bytes]) -> int:

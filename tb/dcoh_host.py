@@ -15,9 +15,16 @@ Coherency Model"; ``docs/cxl-encodings.md``, "Flows"):
 
 Instead of the forward, an ``answer`` callable may pick another answer the specification
 allows (:data:`ANSWERS`): H2D Rsp GO-E for a claim (CXL 3.1 §3.2.4.2.13), H2D Rsp
-GO-Err for any request, H2D Data with GO-Err and all-ones data for a read. GO-E has the
-forward's cache effect; after a GO-Err the host keeps its copy and the request has
-failed. H2D messages come out of :meth:`DcohHost.offer_h2d` / :meth:`DcohHost.take_h2d`.
+GO-Err for any request, H2D Data with GO-Err and all-ones data for a read; with ``h2d``
+and no ``answer`` the host picks at random among the good answers (MemRdFwd or GO-E for
+a claim). GO-E has the forward's cache effect; after a GO-Err the host keeps its copy
+and the request has failed. H2D messages come out of :meth:`DcohHost.offer_h2d` /
+:meth:`DcohHost.take_h2d`.
+
+The answers allowed are those of the protocol table (:mod:`tb.cxl_protocol`; CXL 1.1
+Table 17, CXL 3.1 Table 3-24), and every request and answer goes through
+:attr:`DcohHost.protocol`: a D2H Req outside the table, or a CQID reused while open,
+fails at once.
 
 The forward carries the CQID in its Tag and the line's address (Addr[51:5], so the line
 address shifted left by one). The host's cache effect happens when the forward leaves,
@@ -51,6 +58,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hw.cxl.messages import LINE_BITS, D2HReqOpcode, GoState, H2DRspOpcode, M2SReqOpcode, MetaField
+from tb.cxl_protocol import ProtocolChecker, ProtocolError, pick, row
 from tb.due_queue import DueQueue, Scheduled
 
 __all__ = [
@@ -76,6 +84,8 @@ FWD_FAULTS = ("wrong_opcode", "wrong_address", "not_fwd")
 ANSWERS = ("fwd", "go_e", "go_err", "data_err")
 #: The answers that fail the request.
 FAILING = ("go_err", "data_err")
+#: The protocol table's flow of each answer.
+_FLOWS = {"fwd": "mem_rd_fwd", "go_e": "go_e", "go_err": "go_err", "data_err": "data_go_err"}
 
 _LINE_MASK = (1 << 46) - 1
 _READS = (D2HReqOpcode.RdCurr.value, D2HReqOpcode.RdShared.value)
@@ -158,7 +168,8 @@ class DcohHost:
 
     ``read_opcode`` is the D2H Req the device uses for reads (the DCOH's parameter);
     ``faults(req)`` returns the :data:`FWD_FAULTS` for a new request (default none);
-    ``answer(req)`` one of :data:`ANSWERS` allowed for the request (default ``fwd``).
+    ``answer(req)`` one of :data:`ANSWERS` allowed for the request (default ``fwd``, or
+    with ``h2d`` a random good one); ``protocol`` follows every request and answer.
     """
 
     timing: HostTiming = field(default_factory=HostTiming)
@@ -166,6 +177,8 @@ class DcohHost:
     read_opcode: D2HReqOpcode = D2HReqOpcode.RdCurr
     faults: Callable[[HostReq], Iterable[str]] | None = None
     answer: Callable[[HostReq], str] | None = None
+    h2d: bool = False
+    protocol: ProtocolChecker = field(default_factory=ProtocolChecker)
 
     def __post_init__(self) -> None:
         #: Host-cached copies of device lines: host line -> "S" (clean) or "M" (dirty).
@@ -189,6 +202,7 @@ class DcohHost:
         self._queue = DueQueue(self.rng, reorder=self.timing.reorder)
         self._h2d = DueQueue(self.rng, reorder=self.timing.reorder)
         self.failed = {}
+        self.protocol.reset()
 
     def idle(self) -> bool:
         return not self._open and not self._queue and not self._h2d
@@ -234,6 +248,7 @@ class DcohHost:
             raise DcohHostError(f"forward transfer at {t} with nothing offered")
         self.log.append((t, "fwd", msg.fields))
         if msg.good:
+            self.protocol.see("m2s_req", msg.fields, t)
             self._answered(msg.req, t)
 
     def offer_h2d(self, t: int) -> tuple[str, dict] | None:
@@ -249,6 +264,7 @@ class DcohHost:
             raise DcohHostError(f"H2D transfer at {t} with nothing offered")
         self.log.append((t, f"h2d_{msg.channel}", msg.fields))
         if msg.good:
+            self.protocol.see(f"h2d_{msg.channel}", msg.fields, t)
             self._answered(msg.req, t)
 
     def _answered(self, req: HostReq, t: int) -> None:
@@ -284,18 +300,24 @@ class DcohHost:
                                 f"DCOH")
         if cqid in self._open:
             raise DcohHostError(f"D2H Req at {t}: CQID {cqid} reused while open")
+        try:
+            self.protocol.request("d2h_req", f, t, target="device")
+        except ProtocolError as exc:
+            raise DcohHostError(str(exc)) from None
         req = HostReq(len(self.reqs), cqid, op, f["address"], t, frozenset())
         if self.faults:
             req.faults = frozenset(self.faults(req))
             bad = req.faults - set(FWD_FAULTS)
             if bad:
                 raise ValueError(f"unknown forward faults {sorted(bad)}")
+        r = row("d2h_req", op, "device")
         if self.answer:
             req.answer = self.answer(req)
-            ok = {"fwd", "go_err"} | ({"go_e"} if op == D2HReqOpcode.RdOwnNoData.value else
-                                      {"data_err"} if op in _READS else set())
-            if req.answer not in ok:
+            if _FLOWS.get(req.answer) not in {x.name for x in r.flows}:
                 raise ValueError(f"answer {req.answer!r} not allowed for opcode {op:#07b}")
+        elif self.h2d:
+            flow = pick(self.rng, r).name
+            req.answer = next(a for a, name in _FLOWS.items() if name == flow)
         self.reqs.append(req)
         self._open[cqid] = req
         due = t + self.timing.latency + (self.rng.randint(0, self.timing.jitter)

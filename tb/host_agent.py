@@ -17,6 +17,9 @@ responses by tag, and checks each one against the contract of ``docs/mem-endpoin
   the line must equal the golden value after this write or after a later write of the
   same line (``docs/architecture.md``: the device reports a write only once it is durable).
 * **Errors**: the agent predicts ERR_STATUS and the first error's address and opcode.
+* **Protocol table**: every request the table of :mod:`tb.cxl_protocol` has a row for
+  is followed by :attr:`HostAgent.protocol` as well, so a response outside the
+  specification's flows fails even where the agent's own expectation would not say so.
 
 Requests are :class:`Txn` objects; ``await txn`` waits for completion. Latency and
 bandwidth statistics (:class:`TrafficStats`) are kept for the demo and benchmarks.
@@ -43,6 +46,7 @@ from hw.cxl.messages import (
 )
 from sim.golden_memory import FULL_MASK, LINE_BYTES, GoldenMemory
 from tb.cxl_mem import REQ, RWD, CxlMemBfm, int_to_line, req_fields, rwd_fields
+from tb.cxl_protocol import ProtocolChecker, row
 
 __all__ = ["DEFAULT_MIX", "ErrBit", "HostAgent", "TrafficMix", "TrafficStats", "Txn", "grant_for",
            "random_byte_enable"]
@@ -138,6 +142,8 @@ class Txn:
     exp_meta: int | None = None
     exp_poison: bool = False
     writes_memory: bool = False
+    tracked: bool = False       # followed by the protocol checker
+    answer: bool = False        # a forward answering a D2H request (coherent benches)
     err_bits: int = 0
     seq: int = -1
     ndr: dict | None = None
@@ -334,6 +340,9 @@ class HostAgent:
         PMEM lines whose content is undefined after a reset (unacknowledged writes).
     checked:
         Responses checked so far.
+    protocol:
+        The :class:`~tb.cxl_protocol.ProtocolChecker` of the link (a coherent bench
+        shares it with its CXL.cache models).
     """
 
     def __init__(self, config: DeviceConfig, bfm: CxlMemBfm, loop, *, rng: random.Random,
@@ -354,6 +363,7 @@ class HostAgent:
         self.first_error: Txn | None = None
         self.unknown: set[int] = set()
         self.meta: dict[int, int] = {}              # PMEM line -> stored Meta0-State
+        self.protocol = ProtocolChecker()
         self.set_hdm(config.hdm_base, config.hdm_size)
 
         self._pending: dict[int, Txn] = {}          # tag -> issued, not completed
@@ -500,6 +510,7 @@ class HostAgent:
         else:
             self._expect_rwd(txn)
         txn.exp_meta = self.meta_returned(txn)
+        self._track(txn, cycle)
         if txn.pmem_error and txn.dev_line is not None:
             txn.err_bits |= 1 << ErrBit.PMEM_RESP
         if txn.err_bits:
@@ -513,6 +524,15 @@ class HostAgent:
                 del self._quarantine[next(iter(self._quarantine))]
             txn.completed = cycle
             txn.event.set()
+
+    def _track(self, txn: Txn, cycle: int) -> None:
+        """Open the request's transaction in the protocol checker; a request the table
+        has no row for (a reserved opcode, a forward with no D2H request) is the host's
+        own bad input, which only the agent's expectation covers."""
+        r = row(f"m2s_{txn.channel}", txn.opcode, "hdm" if txn.dev_line is not None else "nxm")
+        if r is not None:
+            self.protocol.request(f"m2s_{txn.channel}", txn.fields, cycle, target=r.target)
+            txn.tracked = True
 
     def _expect_req(self, txn: Txn) -> None:
         op = txn.opcode
@@ -651,6 +671,8 @@ class HostAgent:
             self.fail(f"cycle {cycle}: NDR opcode {_ndr_name(f['opcode'])} for "
                       f"{txn.describe()}, expected {_ndr_name(txn.exp_ndr)}")
         self._check_echo("NDR", txn, f, cycle)
+        if txn.tracked:
+            self.protocol.see("s2m_ndr", f, cycle)
         txn.ndr, txn.ndr_cycle = f, cycle
         self.checked += 1
         if txn.writes_memory:
@@ -677,6 +699,8 @@ class HostAgent:
         if not txn.pmem_error and got != txn.exp_data:
             self.fail(f"cycle {cycle}: DRS data mismatch for {txn.describe()}:\n"
                       f"{_line_diff(got, txn.exp_data)}")
+        if txn.tracked:
+            self.protocol.see("s2m_drs", f, cycle)
         txn.drs, txn.drs_cycle = f, cycle
         self.checked += 1
         self._maybe_complete(txn, cycle)
@@ -758,6 +782,7 @@ class HostAgent:
                 # between the link and the endpoint, in the M2S router).
                 self.meta.pop(txn.dev_line, None)
             txn.abandoned = True
+            self.protocol.forget(("tag", txn.tag))
             if txn.accepted is not None and txn.writes_memory and txn.ndr is None:
                 lost.append(txn)
                 self.unknown.add(txn.dev_line)
@@ -846,6 +871,8 @@ class HostAgent:
     def check_idle(self) -> None:
         if self._pending:
             self.fail(f"requests still outstanding at the end: {self._describe_pending()}")
+        self.protocol.finish()
+        self.log.info("protocol table flows completed: %s", self.protocol.completed)
 
     # --- random traffic ---------------------------------------------------------------
     def stop(self) -> None:

@@ -22,9 +22,10 @@ import random
 import cocotb
 import numpy as np
 
+from hw.csr.registers import register_map
 from hw.cxl.cache_agent import CacheError
 from hw.cxl.dcoh import DcohError
-from hw.cxl.messages import H2DRspOpcode, M2SReqOpcode
+from hw.cxl.messages import D2HReqOpcode, GoState, H2DRspOpcode, M2SReqOpcode
 from hw.engine.descriptor import DescKind, PoolMode, Status
 from hw.top import DCOH_CQID_BASE
 from sim import ckpt
@@ -41,6 +42,7 @@ from tb.coherent_bench import (
     snapshot_bench,
 )
 from tb.coherent_host import LostToReset
+from tb.cxl_protocol import ALL_ONES
 from tb.engine_driver import Batch, random_table
 
 NOISE = {"noise": [False, True]}
@@ -491,7 +493,8 @@ async def test_bad_coherence_input(dut):
 
     def bad_forwards(f: dict) -> list[tuple[int, int]]:
         kind = next(kinds, None)
-        # Every DCOH request is answered MemRdFwd; MemWrFwd is the wrong kind.
+        # Every DCOH request is answered by MemRdFwd (CXL 1.1 Table 17, CXL 3.1 Table
+        # 3-24); MemWrFwd answers none of them.
         good, other = M2SReqOpcode.MemRdFwd.value, M2SReqOpcode.MemWrFwd.value
         if kind == "opcode":
             return [(other, f["address"])]
@@ -516,4 +519,232 @@ async def test_bad_coherence_input(dut):
                              cache=1 << int(CacheError.RSP_UNEXPECTED))
     for x in lines:
         await bench.cache.load(x)
+    await bench.finish()
+
+
+# --- the protocol table's DCOH flows (tb/cxl_protocol.py) -------------------------------------
+
+def _plan(rng: random.Random, plan: dict[D2HReqOpcode, list[str]], *, skip: int = 3):
+    """An ``answer`` hook for :class:`~tb.coherent_host.HostCache`: for each request kind
+    in ``plan``, after 0 .. ``skip`` requests of that kind answered normally, the next
+    ones get the listed answers in turn. Returns the hook and the CQIDs answered so."""
+    left = {op.value: [None] * rng.randint(0, skip) + list(names) for op, names in plan.items()}
+    used: list[tuple[int, str]] = []
+
+    def answer(f: dict) -> str | None:
+        todo = left.get(f["opcode"])
+        if not todo:
+            return None
+        name = todo.pop(0)
+        if name is not None:
+            used.append((f["cqid"], name))
+        return name
+
+    return answer, used, left
+
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_host_bias_writes_mem_rd_fwd(dut, noise):
+    """Device writes of host-bias lines (UPDATE rows, LOOKUP outputs, completion records)
+    claim each line with RdOwn, which the host answers with MemRdFwd, as CXL 1.1 Table
+    17 and CXL 3.1 Table 3-24 say (never MemWrFwd). Every write completes, tables and
+    outputs are exact, no DCOH error is flagged, and every RdOwn was answered so."""
+    bench = CohBench(dut, "host_bias_writes", noise=noise)
+    await bench.start()
+    tb = bench.tb
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    drv, tables, _, _ = await _layout(bench, rng)
+    mark = drv.heap.next
+    for r in range(tb.params.get("n_desc", 3)):
+        drv.heap.release(mark)
+        t = tables[int(rng.integers(len(tables)))]
+        b = _batch(rng, t.rows)
+        b.weights = None
+        grads = (rng.standard_normal((len(b.offsets), t.dim)) * 0.05).astype(np.float32)
+        exp = await drv.update(t, b, grads, batch_id=r + 1)
+        await drv.run()
+        assert exp.status is Status.OK, exp.status
+    await _lookups(bench, drv, tables, rng, 1)
+    await bench.check_errors()
+    await bench.finish()
+    answers = bench.cache.answers
+    assert answers.get("RdOwn:mem_rd_fwd", 0) == bench.cache.stats["fwd_write"] > 0, answers
+    assert not [k for k in answers if k.startswith("RdOwn:") and k != "RdOwn:mem_rd_fwd"]
+
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_flip_claims_mem_rd_fwd_or_go_e(dut, noise):
+    """A flip of the table pages (lines dirty in the GPU's cache) whose RdOwnNoData
+    claims the host answers with a random mix of MemRdFwd and H2D Rsp GO-E (both
+    allowed, CXL 3.x §3.2.4.2.13; at least one of each): the flip succeeds, the host
+    holds no line of the pages, LOOKUPs read the tables in device bias, and GPU reads
+    of table lines flip the pages back."""
+    bench = CohBench(dut, "flip_mixed", noise=noise)
+    await bench.start()
+    tb = bench.tb
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    drv, tables, (tp, tn), _ = await _layout(bench, rng)
+    prng = random.Random(tb.rng.getrandbits(64))
+    forced = ["go_e", "mem_rd_fwd"]
+    prng.shuffle(forced)
+
+    def answer(f: dict) -> str | None:
+        if f["opcode"] != D2HReqOpcode.RdOwnNoData.value:
+            return None
+        return forced.pop() if forced else prng.choice(("go_e", "mem_rd_fwd"))
+
+    bench.cache.answer = answer
+    await bench.flip(tp, tn)
+    bench.cache.answer = None
+    answers = bench.cache.answers
+    tb.log.info("claims answered: %s", answers)
+    assert answers.get("RdOwnNoData:go_e", 0) > 0 and \
+        answers.get("RdOwnNoData:mem_rd_fwd", 0) > 0, answers
+    assert not bench.cache.lines.keys() & set(bench.host_lines(tp, tn)), "lines still cached"
+    await _lookups(bench, drv, tables, rng, tb.params.get("n_desc", 3))
+    flips = await tb.csr.read64("COH_HOST_FLIPS")
+    for t in tables:
+        await bench.cache.load(bench.agent.host_line(t.base // LINE_BYTES))
+    await bench.check_errors()
+    await bench.finish()
+    c = bench.counters
+    assert c["COH_GRANTS_DEVICE"] > 0 and c["COH_HOST_FLIPS"] > flips, c
+
+
+async def _eng_err(bench: CohBench, want: int) -> None:
+    """ENG_ERR holds exactly ``want``; clear it."""
+    got = await bench.tb.csr.read("ENG_ERR")
+    assert got == want, f"ENG_ERR {got:#x}, expected {want:#x}"
+    if got:
+        await bench.tb.csr.write("ENG_ERR", got)
+
+
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_dcoh_host_errors(dut, noise):
+    """The host answers DCOH requests with errors (after writing back and giving up its
+    copy, so device memory holds the coherent value): GO-Err on H2D Rsp and H2D Data
+    with GO-Err and all-ones data for reads (RdCurr), GO-Err for the write (RdOwn) of a
+    LOOKUP's first output line, then GO-Err for one claim of a flip. Each access
+    completes as a denied access: the engine gets an AXI SLVERR (ENG_ERR.PMEM_RESP, the
+    engine's report of a failed memory access), the descriptors still complete, a
+    denied read returns memory's (coherent) data, so LOOKUP results stay exact, and a
+    denied write leaves its line unchanged; COH_DCOH_ERR holds exactly HOST_ERROR; the
+    flip ends with error and its page stays in host bias (a GPU read of it flips
+    nothing back). Afterwards legal traffic and a flip of the same page succeed."""
+    bench = CohBench(dut, "dcoh_host_errors", noise=noise)
+    await bench.start()
+    tb, csr, agent = bench.tb, bench.tb.csr, bench.agent
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    prng = random.Random(tb.rng.getrandbits(64))
+    drv, tables, (tp, _), _ = await _layout(bench, rng)
+    host_error = 1 << int(DcohError.HOST_ERROR)
+    pmem_resp = register_map(bench.cfg)["ENG_ERR"].pack(pmem_resp=1)
+    # Reads: GO-Err and H2D Data with GO-Err at random (error_rate), every other
+    # request answered MemRdFwd, until both kinds have been seen.
+    cache = bench.cache
+    cache.answer = (lambda f: None if f["opcode"] == D2HReqOpcode.RdCurr.value
+                    else "mem_rd_fwd")
+    cache.error_rate = 0.2
+    rounds = 0
+    while not (cache.answers.get("RdCurr:go_err")
+               and cache.answers.get("RdCurr:data_go_err")):
+        await _lookups(bench, drv, tables, rng, 1)
+        rounds += 1
+        assert rounds < 8, f"error answers not all used: {cache.answers}"
+    cache.answer, cache.error_rate = None, 0.0
+    tb.log.info("answers after %d rounds of reads with errors: %s", rounds, cache.answers)
+    await bench.check_errors(dcoh=host_error)
+    await _eng_err(bench, pmem_resp)
+    # A write: the first output line of a LOOKUP is denied and keeps its old value.
+    mark = drv.heap.next
+    t = tables[0]
+    exp = await drv.lookup(t, _batch(rng, t.rows), mode=PoolMode.SUM, batch_id=9)
+    denied = exp.out_addr // LINE_BYTES
+    old = drv.image(denied * LINE_BYTES, LINE_BYTES)
+    new = exp.out_image[:LINE_BYTES]
+    assert old != new, "the denied line's old and new values must differ for this test"
+    exp.out_image = old + exp.out_image[LINE_BYTES:]
+    denials = []
+
+    def deny(f: dict) -> str | None:
+        if (f["opcode"] == D2HReqOpcode.RdOwn.value and not denials
+                and f["address"] == agent.host_line(denied)):
+            denials.append(f["cqid"])
+            return "go_err"
+        return None
+
+    bench.cache.answer = deny
+    await drv.run()
+    bench.cache.answer = None
+    drv.heap.release(mark)
+    assert denials and exp.status is Status.OK, (denials, exp.status)
+    assert tb.pmem_line(denied) == old, "a denied write changed memory"
+    await bench.check_errors(dcoh=host_error)
+    await _eng_err(bench, pmem_resp)
+    # A claim answered GO-Err: the flip fails and the page stays in host bias.
+    answer, used, _ = _plan(prng, {D2HReqOpcode.RdOwnNoData: ["go_err"]}, skip=bench.lpp - 1)
+    bench.cache.answer = answer
+    error = await bench.flip_once(tp, 1)
+    bench.cache.answer = None
+    assert used and error, ("flip with a GO-Err claim did not end with error", used)
+    await bench.check_errors(dcoh=host_error)
+    flips = await csr.read64("COH_HOST_FLIPS")
+    await bench.cache.load(bench.host_lines(tp, 1)[prng.randrange(bench.lpp)])
+    assert await csr.read64("COH_HOST_FLIPS") == flips, "the page left host bias"
+    # Legal traffic and flips afterwards.
+    await bench.flip(tp, 1)
+    await _lookups(bench, drv, tables, rng, 2)
+    await bench.check_errors()
+    await _eng_err(bench, 0)
+    await bench.finish()
+    done = bench.protocol.completed
+    assert done.get("go_err", 0) >= 3 and done.get("data_go_err", 0) >= 1, done
+
+
+@cocotb.test()
+async def test_dcoh_unexpected_h2d(dut):
+    """H2D Rsp / Data for DCOH CQIDs that no request waits for, or that the request
+    waiting cannot take, are dropped and flagged RSP_UNEXPECTED in COH_DCOH_ERR (and
+    nothing in COH_CACHE_ERR: the CXL.cache agent never sees them): GO-E and H2D Data
+    for free CQIDs of the DCOH's pool; H2D Data (no GO-Err) before the answer of a RdOwn;
+    GO-E before the answer of a RdCurr. The requests still complete with their real
+    answers; the device then serves legal traffic."""
+    bench = CohBench(dut, "dcoh_unexpected_h2d", noise=True)
+    await bench.start()
+    tb = bench.tb
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    drv, tables, _, _ = await _layout(bench, rng)
+    home, unexpected = bench.gpu.home, 1 << int(DcohError.RSP_UNEXPECTED)
+    go_e = {"opcode": H2DRspOpcode.GO.value, "rsp_data": GoState.E.value}
+    for k in (1, bench.cfg.dcoh_cqids - 1):
+        home.raw("rsp", tb.loop.cycle, go_e | {"cqid": DCOH_CQID_BASE + k})
+        await bench.check_errors(dcoh=unexpected)
+        home.raw("data", tb.loop.cycle, {"cqid": DCOH_CQID_BASE + k, "data": ALL_ONES,
+                                         "go_err": 1})
+        await bench.check_errors(dcoh=unexpected)
+    todo = {D2HReqOpcode.RdOwn.value: ("data", {"data": 0x55, "go_err": 0}),
+            D2HReqOpcode.RdCurr.value: ("rsp", go_e)}
+    sent = []
+
+    def h2d_faults(f: dict) -> list[tuple[str, dict]]:
+        bad = todo.pop(f["opcode"], None)
+        if bad is None:
+            return []
+        sent.append(f["opcode"])
+        return [(bad[0], bad[1] | {"cqid": f["cqid"]})]
+
+    bench.cache.h2d_faults = h2d_faults
+    rounds = 0
+    while todo:
+        await _lookups(bench, drv, tables, rng, 1)
+        rounds += 1
+        assert rounds < 6, f"bad H2D messages not sent: {todo}"
+    bench.cache.h2d_faults = None
+    assert len(sent) == 2, sent
+    await bench.check_errors(dcoh=unexpected)
+    await _lookups(bench, drv, tables, rng, 1)
+    await bench.check_errors()
     await bench.finish()

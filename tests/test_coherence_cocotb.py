@@ -45,11 +45,15 @@ def groups(sim: str, config: str) -> dict[str, list[str]]:
                        *_variants("test_mlp_snapshot_while_gpu_writes", sim, config),
                        *_variants("test_completions_in_gpu_memory", sim, config),
                        "test_bad_coherence_input"],
+        "protocol": [*_variants("test_host_bias_writes_mem_rd_fwd", sim, config),
+                     *_variants("test_flip_claims_mem_rd_fwd_or_go_e", sim, config),
+                     *_variants("test_dcoh_host_errors", sim, config),
+                     "test_dcoh_unexpected_h2d"],
     }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("group", ["lookup", "update", "flips", "gpu_memory"])
+@pytest.mark.parametrize("group", ["lookup", "update", "flips", "gpu_memory", "protocol"])
 @pytest.mark.parametrize("sim, config", CASES)
 def test_coherence(sim: str, config: str, group: str) -> None:
     run_cocotb_group("tb.test_coherence", config, sim, group, groups(sim, config)[group],
