@@ -105,7 +105,9 @@ class Device(wiring.Component):
         ``H2DRsp`` / ``H2DData`` in). D2H Req carries the agent's reads and writes of
         GPU memory (CQIDs below ``cache_cqids + cache_write_cqids``) and the DCOH's
         requests for device lines in host bias (CQIDs from :data:`DCOH_CQID_BASE`,
-        addresses inside the HDM range).
+        addresses inside the HDM range). H2D Rsp and H2D Data go to the DCOH when their
+        CQID is in its pool (``DCOH_CQID_BASE`` to ``+ dcoh_cqids - 1``), to the agent
+        otherwise.
     pmem:
         AXI4 manager to persistent memory (512-bit data, ``config.pmem_id_width`` ID
         bits: the top bit is 0 for the memory endpoint's requests, 1 for the engine's).
@@ -144,6 +146,7 @@ class Device(wiring.Component):
         m.submodules.router = router = M2sRouter(pmem_lines=cfg.pmem_lines)
         m.submodules.dcoh = dcoh = Dcoh(pages=cfg.dcoh_pages, page_bytes=cfg.page_bytes,
                                         cqids=cfg.dcoh_cqids, cqid_base=DCOH_CQID_BASE)
+        dcoh_cqid_bits = cfg.dcoh_cqids.bit_length() - 1
         m.submodules.cache_agent = agent = CacheAgent(cqids=cfg.cache_cqids,
                                                       write_cqids=cfg.cache_write_cqids)
         m.submodules.endpoint = endpoint = MemEndpoint(config=self._config)
@@ -281,8 +284,18 @@ class Device(wiring.Component):
         wiring.connect(m, agent.o_d2h_rsp, wiring.flipped(self.o_d2h_rsp))
         wiring.connect(m, agent.o_d2h_data, wiring.flipped(self.o_d2h_data))
         wiring.connect(m, wiring.flipped(self.i_h2d_req), agent.i_h2d_req)
-        wiring.connect(m, wiring.flipped(self.i_h2d_rsp), agent.i_h2d_rsp)
-        wiring.connect(m, wiring.flipped(self.i_h2d_data), agent.i_h2d_data)
+        # H2D Rsp and Data go by CQID: the DCOH's pool to the DCOH (GO-E of a claim,
+        # GO-Err), every other CQID to the agent. Both sinks are always ready.
+        for src, name in ((self.i_h2d_rsp, "h2d_rsp"), (self.i_h2d_data, "h2d_data")):
+            to_dcoh = Signal(name=f"{name}_to_dcoh")
+            dcoh_in, agent_in = getattr(dcoh, f"i_{name}"), getattr(agent, f"i_{name}")
+            m.d.comb += [
+                to_dcoh.eq(src.p.cqid[dcoh_cqid_bits:] == DCOH_CQID_BASE >> dcoh_cqid_bits),
+                dcoh_in.p.eq(src.p), agent_in.p.eq(src.p),
+                dcoh_in.valid.eq(src.valid & to_dcoh),
+                agent_in.valid.eq(src.valid & ~to_dcoh),
+                src.ready.eq(Mux(to_dcoh, dcoh_in.ready, agent_in.ready)),
+            ]
         wiring.connect(m, engine.o_cache_rd, agent.i_rd)
         wiring.connect(m, agent.o_rd, engine.i_cache_rd)
         wiring.connect(m, engine.o_cache_wr, agent.i_wr)

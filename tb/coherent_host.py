@@ -14,7 +14,7 @@ a write-back MESI cache of device lines, and a coherence checker (``docs/coheren
   or a device request). It also answers the DCOH's D2H requests for device lines
   (``docs/cxl-encodings.md``, "Flows"): RdCurr / RdShared -> write back a
   dirty copy, wait for its NDR, keep a clean copy, MemRdFwd; RdOwn -> write back, drop,
-  MemWrFwd; RdOwnNoData -> write back, drop, MemRdFwd. Every operation on a line is
+  MemRdFwd; RdOwnNoData -> write back, drop, MemRdFwd. Every operation on a line is
   serialised behind the previous one (a per-line lock), as a home agent does.
 * :class:`CoherenceChecker` -- checks every transfer against the rules of
   ``docs/coherence.md``: one writer or many readers per device line (the host cache's
@@ -290,8 +290,8 @@ class CoherenceChecker:
 
     State per device line (PMEM line index): the host cache's MESI state (from
     :class:`HostCache`), the device's permissions the host has granted by forwards
-    (``"R"`` after a MemRdFwd for a read, ``"W"`` after a MemWrFwd or a claim's
-    MemRdFwd), and per page whether a flip to device bias has completed. A host MemRd
+    (``"R"`` after the MemRdFwd of a read, ``"W"`` after the MemRdFwd of a write (RdOwn)
+    or of a claim), and per page whether a flip to device bias has completed. A host MemRd
     that completes (its host check drained the device's accesses to the page and
     flipped it back) ends every such permission of the line and its page's device
     bias. The coherent value of a line is the last write in coherence order: a host
@@ -300,13 +300,13 @@ class CoherenceChecker:
 
     Rules (each counted in :attr:`checks`):
 
-    1. A forward for a read leaves only while the host holds no dirty copy; a MemWrFwd
-       or a claim only while it holds no copy (single writer).
+    1. A forward for a read leaves only while the host holds no dirty copy; one for a
+       write or a claim only while it holds no copy (single writer).
     2. A host store happens only in E or M, with no device permission and no device-bias
        page live for the line; a host MemRd completes granting E only when it asked for
        it (MetaValue Any), S or E for a load (single writer / multiple readers).
     3. Every value the host reads (cache hit or MemRd data) equals the coherent value.
-    4. A device write was permitted: a MemWrFwd, a claim or device bias for its line
+    4. A device write was permitted: a write's forward, a claim or device bias for its line
        since the host last took it back.
     5. A flip to device bias that reports success leaves the host holding no line of its
        pages.
@@ -405,7 +405,7 @@ class CoherenceChecker:
     # --- device side --------------------------------------------------------------------
     def device_wrote(self, line: int, data: bytes, what: str) -> None:
         if self.hdm_d and not self._device_may_write(line):
-            self._fail(f"the device wrote line {line:#x} ({what}) without a MemWrFwd, a claim "
+            self._fail(f"the device wrote line {line:#x} ({what}) without a write forward, a claim "
                        f"or device bias since the host last held it")
         if self.state.get(line, "I") != "I":
             self._fail(f"the device wrote line {line:#x} ({what}) while the host holds it "
@@ -678,7 +678,7 @@ class HostCache:
             if epoch != self._epoch:
                 return
             kind = "read" if read else "write" if op == D2HReqOpcode.RdOwn.value else "claim"
-            fwd = (M2SReqOpcode.MemWrFwd if kind == "write" else M2SReqOpcode.MemRdFwd).value
+            fwd = M2SReqOpcode.MemRdFwd.value      # the answer to every DCOH request
             for bad_op, bad_line in (self.faults(f) if self.faults else ()):
                 # A bad forward with the request's Tag, taken before the good one.
                 bad = self.agent.forward(bad_op, bad_line, cqid)

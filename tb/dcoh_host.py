@@ -8,9 +8,16 @@ Coherency Model"; ``docs/cxl-encodings.md``, "Flows"):
 * **RdCurr** / **RdShared** (a device read): the host writes a dirty copy back and keeps
   a clean one, then sends M2S **MemRdFwd**.
 * **RdOwn** (a device write): the host writes a dirty copy back and drops its copy, then
-  sends **MemWrFwd**.
+  sends **MemRdFwd** (CXL 1.1 Table 17, CXL 3.1 Table 3-24: MemWrFwd answers only
+  WOWrInv / WOWrInvF).
 * **RdOwnNoData** (a flip's claim): the host writes a dirty copy back and drops its copy,
   then sends **MemRdFwd**.
+
+Instead of the forward, an ``answer`` callable may pick another answer the specification
+allows (:data:`ANSWERS`): H2D Rsp GO-E for a claim (CXL 3.1 §3.2.4.2.13), H2D Rsp
+GO-Err for any request, H2D Data with GO-Err and all-ones data for a read. GO-E has the
+forward's cache effect; after a GO-Err the host keeps its copy and the request has
+failed. H2D messages come out of :meth:`DcohHost.offer_h2d` / :meth:`DcohHost.take_h2d`.
 
 The forward carries the CQID in its Tag and the line's address (Addr[51:5], so the line
 address shifted left by one). The host's cache effect happens when the forward leaves,
@@ -43,10 +50,11 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from hw.cxl.messages import D2HReqOpcode, M2SReqOpcode, MetaField
+from hw.cxl.messages import LINE_BITS, D2HReqOpcode, GoState, H2DRspOpcode, M2SReqOpcode, MetaField
 from tb.due_queue import DueQueue, Scheduled
 
 __all__ = [
+    "ANSWERS",
     "FWD_FAULTS",
     "BiasChecker",
     "DcohHost",
@@ -57,10 +65,17 @@ __all__ = [
 ]
 
 #: Bad forwards the host can send before the good one: ``wrong_opcode`` the other
-#: forward (MemWrFwd for a read or claim, MemRdFwd for a write); ``wrong_address`` the
+#: forward (MemWrFwd, which answers none of the DCOH's requests); ``wrong_address`` the
 #: right forward for the next line; ``not_fwd`` a MemRd with the request's Tag and
 #: address.
 FWD_FAULTS = ("wrong_opcode", "wrong_address", "not_fwd")
+
+#: How the host answers a request: ``fwd`` M2S MemRdFwd (every request), ``go_e`` H2D Rsp
+#: GO-E (a claim, RdOwnNoData), ``go_err`` H2D Rsp GO-Err (every request), ``data_err``
+#: H2D Data with GO-Err and all-ones data (a read).
+ANSWERS = ("fwd", "go_e", "go_err", "data_err")
+#: The answers that fail the request.
+FAILING = ("go_err", "data_err")
 
 _LINE_MASK = (1 << 46) - 1
 _READS = (D2HReqOpcode.RdCurr.value, D2HReqOpcode.RdShared.value)
@@ -105,18 +120,30 @@ class HostReq:
     line: int                   # host line address
     t_req: int
     faults: frozenset[str]
-    t_fwd: int | None = None    # the good forward taken
+    t_fwd: int | None = None    # the good forward (or H2D answer) taken
+    answer: str = "fwd"         # one of ANSWERS
 
     @property
     def fwd_opcode(self) -> int:
-        return (M2SReqOpcode.MemWrFwd if self.opcode == D2HReqOpcode.RdOwn.value
-                else M2SReqOpcode.MemRdFwd).value
+        """Every request the DCOH sends is answered MemRdFwd."""
+        return M2SReqOpcode.MemRdFwd.value
 
 
 @dataclass(eq=False)
 class _Msg(Scheduled):
     req: HostReq | None = None
     good: bool = False
+    channel: str = "fwd"        # "fwd" (M2S Req), or H2D "rsp" / "data"
+
+
+def h2d_answer(answer: str, cqid: int) -> tuple[str, dict]:
+    """``(channel, fields)`` of an H2D answer (``go_e``, ``go_err``, ``data_err``)."""
+    if answer == "data_err":
+        return "data", {"cqid": cqid, "chunk_valid": 0, "poison": 0, "go_err": 1,
+                        "rsvd": 0, "data": (1 << LINE_BITS) - 1}
+    state = {"go_e": GoState.E, "go_err": GoState.Error}[answer]
+    return "rsp", {"opcode": H2DRspOpcode.GO.value, "rsp_data": state.value, "rsp_pre": 0,
+                   "cqid": cqid, "rsvd": 0}
 
 
 def fwd_fields(opcode: int, tag: int, line: int) -> dict:
@@ -130,13 +157,15 @@ class DcohHost:
     """Host side for device memory in host bias: see the module docstring.
 
     ``read_opcode`` is the D2H Req the device uses for reads (the DCOH's parameter);
-    ``faults(req)`` returns the :data:`FWD_FAULTS` for a new request (default none).
+    ``faults(req)`` returns the :data:`FWD_FAULTS` for a new request (default none);
+    ``answer(req)`` one of :data:`ANSWERS` allowed for the request (default ``fwd``).
     """
 
     timing: HostTiming = field(default_factory=HostTiming)
     rng: random.Random = field(default_factory=random.Random)
     read_opcode: D2HReqOpcode = D2HReqOpcode.RdCurr
     faults: Callable[[HostReq], Iterable[str]] | None = None
+    answer: Callable[[HostReq], str] | None = None
 
     def __post_init__(self) -> None:
         #: Host-cached copies of device lines: host line -> "S" (clean) or "M" (dirty).
@@ -146,8 +175,11 @@ class DcohHost:
         self.reqs: list[HostReq] = []
         #: Every transfer: ``(cycle, "d2h_req" / "fwd", fields)``.
         self.log: list[tuple[int, str, dict]] = []
-        #: Called with ``(req, cycle)`` for each good forward taken.
+        #: Called with ``(req, cycle)`` for each good forward (or GO-E) taken.
         self.listeners: list[Callable[[HostReq, int], None]] = []
+        #: Accesses (not claims) failed by a GO-Err taken, by CQID, until the bench
+        #: collects them with their denied grant.
+        self.failed: dict[int, HostReq] = {}
         self.reset()
 
     # --- state ----------------------------------------------------------------------------
@@ -155,9 +187,11 @@ class DcohHost:
         """Forget everything in flight (the cache stays): the device was reset."""
         self._open: dict[int, HostReq] = {}
         self._queue = DueQueue(self.rng, reorder=self.timing.reorder)
+        self._h2d = DueQueue(self.rng, reorder=self.timing.reorder)
+        self.failed = {}
 
     def idle(self) -> bool:
-        return not self._open and not self._queue
+        return not self._open and not self._queue and not self._h2d
 
     def outstanding(self) -> str:
         """What keeps the host from being idle, for hang messages."""
@@ -165,6 +199,8 @@ class DcohHost:
                  for r in list(self._open.values())[:5]]
         if self._queue:
             parts.append(f"{len(self._queue)} forwards pending")
+        if self._h2d:
+            parts.append(f"{len(self._h2d)} H2D messages pending")
         return "; ".join(parts) or "nothing"
 
     def touch(self, line: int, state: str | None) -> None:
@@ -197,9 +233,32 @@ class DcohHost:
         if msg is None:
             raise DcohHostError(f"forward transfer at {t} with nothing offered")
         self.log.append((t, "fwd", msg.fields))
-        if not msg.good:
+        if msg.good:
+            self._answered(msg.req, t)
+
+    def offer_h2d(self, t: int) -> tuple[str, dict] | None:
+        """``("rsp" | "data", fields)`` to present in cycle ``t`` on H2D Rsp or H2D Data,
+        or None; once returned it is returned again until :meth:`take_h2d`."""
+        msg = self._h2d.offer(t)
+        return None if msg is None else (msg.channel, msg.fields)
+
+    def take_h2d(self, t: int) -> None:
+        """The H2D message offered was transferred in cycle ``t``."""
+        msg = self._h2d.take(t)
+        if msg is None:
+            raise DcohHostError(f"H2D transfer at {t} with nothing offered")
+        self.log.append((t, f"h2d_{msg.channel}", msg.fields))
+        if msg.good:
+            self._answered(msg.req, t)
+
+    def _answered(self, req: HostReq, t: int) -> None:
+        """The good answer of ``req`` left in cycle ``t``: the host's cache effect."""
+        req.t_fwd = t
+        del self._open[req.cqid]
+        if req.answer in FAILING:   # the request failed: the host keeps its copy
+            if req.opcode != D2HReqOpcode.RdOwnNoData.value:    # an access: a denied grant
+                self.failed[req.cqid] = req
             return
-        req = msg.req
         line = req.line
         if self.cache.get(line) == "M":
             self.writebacks.append((t, line))
@@ -208,8 +267,6 @@ class DcohHost:
                 self.cache[line] = "S"
         else:                       # RdOwn, RdOwnNoData: the host gives the line up
             self.cache.pop(line, None)
-        req.t_fwd = t
-        del self._open[req.cqid]
         for listener in self.listeners:
             listener(req, t)
 
@@ -233,6 +290,12 @@ class DcohHost:
             bad = req.faults - set(FWD_FAULTS)
             if bad:
                 raise ValueError(f"unknown forward faults {sorted(bad)}")
+        if self.answer:
+            req.answer = self.answer(req)
+            ok = {"fwd", "go_err"} | ({"go_e"} if op == D2HReqOpcode.RdOwnNoData.value else
+                                      {"data_err"} if op in _READS else set())
+            if req.answer not in ok:
+                raise ValueError(f"answer {req.answer!r} not allowed for opcode {op:#07b}")
         self.reqs.append(req)
         self._open[cqid] = req
         due = t + self.timing.latency + (self.rng.randint(0, self.timing.jitter)
@@ -240,20 +303,29 @@ class DcohHost:
         before = None
         for fault in sorted(req.faults):
             if fault == "wrong_opcode":
-                other = (M2SReqOpcode.MemRdFwd if req.fwd_opcode == M2SReqOpcode.MemWrFwd.value
-                         else M2SReqOpcode.MemWrFwd)
-                bad_fields = fwd_fields(other.value, cqid, req.line)
+                bad_fields = fwd_fields(M2SReqOpcode.MemWrFwd.value, cqid, req.line)
             elif fault == "wrong_address":
                 bad_fields = fwd_fields(req.fwd_opcode, cqid, req.line + 1)
             else:
                 bad_fields = fwd_fields(M2SReqOpcode.MemRd.value, cqid, req.line)
             before = self._send(bad_fields, due, req=req, after=before)
-        self._send(fwd_fields(req.fwd_opcode, cqid, req.line), due, req=req, good=True,
-                   after=before)
+        if req.answer == "fwd":
+            self._send(fwd_fields(req.fwd_opcode, cqid, req.line), due, req=req, good=True,
+                       after=before)
+        else:
+            channel, fields = h2d_answer(req.answer, cqid)
+            self._h2d.push(_Msg(fields, due, before, req=req, good=True, channel=channel))
 
     def raw(self, t: int, fields: dict) -> None:
         """Send an arbitrary M2S Req from cycle ``t`` on, tied to no request."""
         self._send(dict(fields), t)
+
+    def raw_h2d(self, t: int, channel: str, fields: dict) -> None:
+        """Send an arbitrary H2D Rsp (``channel`` "rsp") or H2D Data ("data") from cycle
+        ``t`` on, tied to no request."""
+        if channel not in ("rsp", "data"):
+            raise ValueError(f"channel must be 'rsp' or 'data', not {channel!r}")
+        self._h2d.push(_Msg(dict(fields), t, channel=channel))
 
 
 @dataclass

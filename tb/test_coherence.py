@@ -108,7 +108,7 @@ async def test_lookup_through_host_cache(dut, noise, bias):
     """The GPU writes tables, index / offset / weight buffers and descriptors into its
     cache (dirty); with ``bias=device`` the table pages are flipped to device bias
     first. Each doorbell's descriptors, buffers and (host bias) rows reach the engine
-    through RdCurr -> write-back -> MemRdFwd, its outputs through RdOwn -> MemWrFwd;
+    through RdCurr -> write-back -> MemRdFwd, its outputs through RdOwn -> MemRdFwd;
     LOOKUP results and records are checked bit for bit, then read by the GPU through
     its cache. Meanwhile the GPU runs random loads and stores on two scratch pages. In
     device bias, after each doorbell the GPU reads a table line (the host check flips
@@ -491,10 +491,8 @@ async def test_bad_coherence_input(dut):
 
     def bad_forwards(f: dict) -> list[tuple[int, int]]:
         kind = next(kinds, None)
-        write = f["opcode"] == D2HReqOpcode.RdOwn.value
-        good, other = M2SReqOpcode.MemWrFwd.value, M2SReqOpcode.MemRdFwd.value
-        if not write:
-            good, other = other, good
+        # Every DCOH request is answered MemRdFwd; MemWrFwd is the wrong kind.
+        good, other = M2SReqOpcode.MemRdFwd.value, M2SReqOpcode.MemWrFwd.value
         if kind == "opcode":
             return [(other, f["address"])]
         if kind == "address":

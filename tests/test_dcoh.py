@@ -4,11 +4,12 @@
 A :class:`TB` runs one simulator process that, each cycle, drives the access requests
 (random idle), the grant sink's ``ready`` (random backpressure, or paused), the dones
 (each granted access returns its handle after a random delay, or is held by the test),
-the forwards from :class:`tb.dcoh_host.DcohHost` (random idle; the host's own latency,
-jitter and reordering), the D2H Req ``ready`` (random backpressure), host checks (random
+the forwards and H2D answers (GO-E, GO-Err) from :class:`tb.dcoh_host.DcohHost`
+(random idle; the host's own latency, jitter and reordering), the D2H Req ``ready`` (random backpressure), host checks (random
 idle) and their sink's ``ready`` (random backpressure), flip commands and error clears;
 then it samples every handshake. The scoreboard requires each grant to name an access
-waiting for one, with the error flag exactly for lines beyond device memory;
+waiting for one, with the error flag exactly for lines beyond device memory and for
+requests the host answered GO-Err (then also ``denied``);
 :class:`tb.dcoh_host.BiasChecker` holds every grant, check answer and flip to the bias
 rules (no host-bias grant before its forward, no device-bias grant unless every line of
 the page was claimed since the host last touched it and the host caches none of them, no
@@ -33,8 +34,27 @@ from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
 from hw.cxl.dcoh import ACC_REQ, CHK_RSP, ERR_INFO, Dcoh, DcohError
-from hw.cxl.messages import Codec, D2HReq, D2HReqOpcode, M2SReq, M2SReqOpcode
-from tb.dcoh_host import FWD_FAULTS, BiasChecker, DcohHost, HostReq, HostTiming, fwd_fields
+from hw.cxl.messages import (
+    Codec,
+    D2HReq,
+    D2HReqOpcode,
+    GoState,
+    H2DData,
+    H2DRsp,
+    H2DRspOpcode,
+    M2SReq,
+    M2SReqOpcode,
+)
+from tb.dcoh_host import (
+    FAILING,
+    FWD_FAULTS,
+    BiasChecker,
+    DcohHost,
+    HostReq,
+    HostTiming,
+    fwd_fields,
+    h2d_answer,
+)
 
 from .conftest import assert_lints_clean
 from .stream_rule import StreamRule
@@ -42,7 +62,7 @@ from .stream_rule import StreamRule
 E = DcohError
 CODEC = {name: Codec(layout) for name, layout in {
     "acc": ACC_REQ, "chk_rsp": CHK_RSP, "d2h_req": D2HReq, "fwd": M2SReq, "err": ERR_INFO,
-    "flip_status": Dcoh.FLIP_STATUS}.items()}
+    "flip_status": Dcoh.FLIP_STATUS, "rsp": H2DRsp, "data": H2DData}.items()}
 FAULT_ERRORS = {"wrong_opcode": E.FWD_OPCODE, "wrong_address": E.FWD_ADDRESS,
                 "not_fwd": E.FWD_OPCODE}
 
@@ -76,6 +96,7 @@ class Acc:
     handle: int = -1
     host_bias: bool | None = None
     error: bool | None = None
+    denied: bool | None = None
 
 
 @dataclass
@@ -113,13 +134,14 @@ class TB:
     def __init__(self, *, seed: int, traffic: Traffic = SMOOTH,
                  timing: HostTiming | None = None,
                  faults: Callable[[HostReq], Iterable[str]] | None = None,
+                 answer: Callable[[HostReq], str] | None = None,
                  hdm_base: int | None = None, **dcoh: object):
         self.dut = Dcoh(**dcoh)
         self.rng = random.Random(seed)
         self.traffic = traffic
         self.host = DcohHost(timing=timing or HostTiming(latency=12, jitter=8, reorder=True),
                              rng=random.Random(seed + 1), read_opcode=self.dut.read_opcode,
-                             faults=faults)
+                             faults=faults, answer=answer)
         self.hdm_base = self.rng.getrandbits(40) << 4 if hdm_base is None else hdm_base
         self.lpp = self.dut.lines_per_page
         self.total_lines = self.dut.pages * self.lpp
@@ -231,7 +253,9 @@ class TB:
         sampled = [dut.i_acc.ready, dut.i_host_chk.ready, dut.i_fwd.ready, dut.i_done.ready,
                    *(x for p in outs.values() for x in (p.valid, p.payload.as_value())),
                    dut.o_flip.as_value(), dut.o_err_set, dut.o_err_status,
-                   dut.o_err_first.as_value(), dut.o_inflight, dut.o_busy]
+                   dut.o_err_first.as_value(), dut.o_inflight, dut.o_busy,
+                   dut.i_h2d_rsp.ready, dut.i_h2d_data.ready]
+        h2d_ports = {"rsp": dut.i_h2d_rsp, "data": dut.i_h2d_data}
         acc_codec, flip_codec = CODEC["acc"], self.flip_codec
         cond = next(self.script) if self.script else None
 
@@ -240,6 +264,7 @@ class TB:
             self.cur_acc = None
             cur_chk: Chk | None = None
             offered: dict | None = None
+            h2d: tuple[str, dict] | None = None
             t, quiet = 0, 0
             ctx.set(dut.hdm_base, self.hdm_base)
             while True:
@@ -248,7 +273,7 @@ class TB:
                     ctx.set(cd.rst, 1)
                     await ctx.tick()
                     ctx.set(cd.rst, 0)
-                    self.cur_acc = cur_chk = offered = None
+                    self.cur_acc = cur_chk = offered = h2d = None
                     self._reset(rules)
                     if self.after_reset:
                         self.after_reset(self)
@@ -283,6 +308,14 @@ class TB:
                     if offered is not None:
                         ctx.set(dut.i_fwd.payload.as_value(), CODEC["fwd"].pack(**offered))
                 ctx.set(dut.i_fwd.valid, offered is not None)
+                # H2D Rsp / Data (always ready).
+                if h2d is None and not rng.random() < tr.fwd_idle:
+                    h2d = host.offer_h2d(t)
+                    if h2d is not None:
+                        port = h2d_ports[h2d[0]]
+                        ctx.set(port.payload.as_value(), CODEC[h2d[0]].pack(**h2d[1]))
+                for name, port in h2d_ports.items():
+                    ctx.set(port.valid, h2d is not None and h2d[0] == name)
                 # Host checks.
                 if cur_chk is None and self.chk_q and not rng.random() < tr.chk_idle:
                     cur_chk = self.chk_q.popleft()
@@ -304,8 +337,9 @@ class TB:
                 _, _, *v = await ctx.tick().sample(*sampled)
                 acc_ready, chk_ready, fwd_ready, done_ready = v[:4]
                 out_v = {name: (v[4 + 2 * i], v[5 + 2 * i]) for i, name in enumerate(outs)}
-                flip_st, err_set, status, first, inflight, busy = v[10:]
+                flip_st, err_set, status, first, inflight, busy, rsp_ready, data_ready = v[10:]
                 assert fwd_ready and done_ready, "i_fwd / i_done must always be ready"
+                assert rsp_ready and data_ready, "i_h2d_rsp / i_h2d_data must always be ready"
 
                 if self.cur_acc is not None and acc_ready:
                     self.cur_acc.t_issue = t
@@ -319,6 +353,9 @@ class TB:
                 if offered is not None:
                     host.take(t)
                     offered = None
+                if h2d is not None:
+                    host.take_h2d(t)
+                    h2d = None
                 if cur_chk is not None and chk_ready:
                     cur_chk.t_chk = t
                     self.chks.append(cur_chk)
@@ -348,7 +385,7 @@ class TB:
                     f"{host.outstanding()}")
                 pending = (busy or self.acc_q or self.waiting or self.cur_acc or self.chk_q
                            or cur_chk or self.answered < len(self.chks) or self.dones or self.flip_q
-                           or any(f.t_end < 0 for f in self.flips) or offered
+                           or any(f.t_end < 0 for f in self.flips) or offered or h2d
                            or not host.idle() or cond is not None
                            or (self.reset_at is not None and t <= self.reset_at + 1))
                 quiet = 0 if pending else quiet + 1
@@ -393,8 +430,18 @@ class TB:
         assert acc is not None, f"grant at {t} with tag {g['tag']} that no access waits for"
         acc.t_grant, acc.handle = t, g["handle"]
         acc.host_bias, acc.error = bool(g["host_bias"]), bool(g["error"])
+        acc.denied = bool(g["denied"])
         oor = acc.line >= self.total_lines
-        assert acc.error == oor, f"grant at {t} of line {acc.line:#x}: error {acc.error}"
+        failed = self.host.failed.pop(self.dut.cqid_base + acc.handle, None)
+        assert acc.denied == (failed is not None), \
+            f"grant at {t} of line {acc.line:#x}: denied {acc.denied}, host answer {failed}"
+        assert acc.error == (oor or acc.denied), \
+            f"grant at {t} of line {acc.line:#x}: error {acc.error}"
+        if acc.denied:
+            assert acc.host_bias and failed.line == (self.hdm_base + acc.line) & ((1 << 46) - 1)
+            assert failed.opcode == (D2HReqOpcode.RdOwn.value if acc.write
+                                     else self.dut.read_opcode.value)
+            return
         if oor:
             assert not acc.host_bias
             self.expect[E.ACC_RANGE] += 1
@@ -431,6 +478,8 @@ class TB:
         want = Counter(self.expect)
         for req in self.host.reqs[self.base_req:]:
             want.update(FAULT_ERRORS[f] for f in req.faults)
+            if req.answer in FAILING and req.t_fwd is not None:
+                want[E.HOST_ERROR] += 1
         return +want
 
     def check_end(self, *, contended_ok: bool = False) -> None:
@@ -439,6 +488,7 @@ class TB:
         assert not self.waiting and not self.acc_q, "not every access was granted"
         assert self.answered == len(self.chks) and not self.chk_q
         assert not self.held and not self.dones and not self.checker.outstanding
+        assert not self.host.failed, f"GO-Err answers without a denied grant: {self.host.failed}"
         assert self.host.idle(), self.host.outstanding()
         seen = Counter(self.errors)
         if contended_ok:
@@ -498,7 +548,7 @@ def test_parameters_are_read_only_properties():
                read_opcode=D2HReqOpcode.RdShared)
     assert (dut.pages, dut.page_bytes, dut.lines_per_page, dut.cqids, dut.cqid_base,
             dut.read_opcode) == (5, 256, 4, 8, 8, D2HReqOpcode.RdShared)
-    assert dut.grant_layout.size == 16 + 3 + 1 + 1
+    assert dut.grant_layout.size == 16 + 3 + 1 + 1 + 1
     assert {n: f.width for n, f in dut.flip_layout} == \
         {"first_page": 3, "pages": 3, "to_host": 1}
     default = Dcoh()
@@ -931,8 +981,8 @@ def test_flip_to_host_waits_behind_a_check(seed):
 
 def test_bad_forwards_directed(seed):
     """Forwards naming no request in flight (a free entry, CQIDs outside the pool, Tags
-    beyond 12 bits), of the wrong opcode (MemWrFwd for a read or a claim, MemRdFwd for a
-    write, a MemRd) or address: each dropped, counted, the first one latched with its
+    beyond 12 bits), of the wrong opcode (MemWrFwd, the answer to none of the DCOH's
+    requests, or a MemRd) or address: each dropped, counted, the first one latched with its
     opcode, Tag and address; the requests are granted only by their good forwards;
     status clears with i_err_clear."""
     want = {}
@@ -982,7 +1032,7 @@ def test_stray_forward_aliasing_a_waiting_entry(seed):
         req = d2h_since(tb, 0)[0]
         for i, tag in enumerate((req["cqid"] ^ 4, req["cqid"] ^ 8, req["cqid"] | 0x1000,
                                  req["cqid"] | 0x8000)):
-            tb.host.raw(tb.cycles + 2 + i, fwd_fields(M2SReqOpcode.MemWrFwd.value, tag,
+            tb.host.raw(tb.cycles + 2 + i, fwd_fields(M2SReqOpcode.MemRdFwd.value, tag,
                                                       req["address"]))
         yield tb.granted
         fwd = next(t for t, ch, f in tb.host.log if ch == "fwd" and f["tag"] == req["cqid"])
@@ -1113,3 +1163,153 @@ def test_idle_latency(seed):
 def test_verilog_lints_clean(config, tmp_path):
     kwargs = {"default": {}, "largest": LARGEST, **CONFIGS}[config]
     assert_lints_clean(Dcoh(**kwargs), f"dcoh_{config}", tmp_path)
+
+
+# --- the host's other answers: GO-E, GO-Err, unexpected H2D messages -----------------------
+
+def random_answers(rng: random.Random, *, go_e: float = 0.5, fail: float = 0.0
+                   ) -> Callable[[HostReq], str]:
+    """An ``answer`` callable: a claim is answered GO-E with probability ``go_e``; any
+    request fails (GO-Err, or GO-Err Data for a read) with probability ``fail``."""
+    def choose(req: HostReq) -> str:
+        if rng.random() < fail:
+            if req.opcode in (D2HReqOpcode.RdCurr.value, D2HReqOpcode.RdShared.value):
+                return rng.choice(("go_err", "data_err"))
+            return "go_err"
+        if req.opcode == D2HReqOpcode.RdOwnNoData.value and rng.random() < go_e:
+            return "go_e"
+        return "fwd"
+    return choose
+
+
+@pytest.mark.parametrize("fail", [0.0, 0.1])
+def test_random_answers(seed, fail):
+    """Random accesses and flips to device bias and back while the host answers claims
+    with MemRdFwd or GO-E at random and, with ``fail``, answers some requests GO-Err:
+    every access is granted (denied exactly for the failed ones), every flip ends, the
+    bias rules hold, HOST_ERROR pulses once per failed request, nothing else."""
+    rng = random.Random(seed + 7)
+    tb = TB(seed=seed, answer=random_answers(rng, fail=fail), pages=6, page_bytes=256,
+            cqids=16)
+    tb.populate()
+    for _ in range(4):
+        tb.random_accesses(40)
+        first = rng.randrange(tb.dut.pages - 1)
+        tb.flip(first, 2)
+        tb.random_accesses(40)
+        tb.flip(first, 2, to_host=True)
+    tb.run(max_cycles=60_000)
+    tb.check_end()
+    answers = Counter(r.answer for r in tb.host.reqs)
+    assert answers["go_e"] and answers["fwd"], answers
+    assert bool(tb.errors[E.HOST_ERROR]) == bool(fail), dict(tb.errors)
+    if fail:
+        denied = sum(bool(a.denied) for a in tb.accs)
+        assert denied == sum(r.answer in FAILING and r.opcode != D2HReqOpcode.RdOwnNoData.value
+                             for r in tb.host.reqs) > 0
+    claims_failed = any(r.answer in FAILING and r.opcode == D2HReqOpcode.RdOwnNoData.value
+                        for r in tb.host.reqs)
+    assert any(f.error for f in tb.flips) == claims_failed
+
+
+def test_go_e_completes_claims(seed):
+    """A flip to device bias whose claims are all answered GO-E (no MemRdFwd): the page
+    turns to device bias, and the next access to it is granted in device bias."""
+    tb = TB(seed=seed, answer=lambda req: "go_e" if req.opcode ==
+            D2HReqOpcode.RdOwnNoData.value else "fwd", pages=2, page_bytes=256, cqids=8)
+    log = {}
+
+    def script() -> Script:
+        tb.flip(1, 1)
+        yield tb.flips_done
+        log["error"] = tb.flips[0].error
+        tb.access(tb.page_line(1), write=True)
+        yield tb.granted
+    tb.script = script()
+    tb.run()
+    tb.check_end()
+    claims = [f for t, ch, f in tb.host.log if ch == "h2d_rsp"]
+    assert len(claims) == tb.lpp and not any(ch == "fwd" for _, ch, _ in tb.host.log)
+    assert log == {"error": False}
+    assert tb.accs[-1].host_bias is False
+
+
+def test_go_err_denies_accesses_and_claims(seed):
+    """GO-Err on a read, on a write, GO-Err Data on a read, GO-Err on one claim of a
+    flip: each access is granted with error and denied (no done), the flip ends with
+    error and its page stays in host bias, HOST_ERROR pulses four times with the first
+    error's H2D opcode and CQID latched; later requests are served normally."""
+    plan = iter(["go_err", "go_err", "data_err"])
+    claim_failed = []
+
+    def answer(req: HostReq) -> str:
+        if req.opcode == D2HReqOpcode.RdOwnNoData.value:
+            if not claim_failed:
+                claim_failed.append(req.cqid)
+                return "go_err"
+            return "fwd"
+        return next(plan, "fwd")
+    tb = TB(seed=seed, answer=answer, pages=2, page_bytes=256, cqids=8)
+    log = {}
+
+    def script() -> Script:
+        tb.access(0)
+        yield tb.granted
+        log["first"] = dict(tb.first)
+        tb.access(1, write=True)
+        tb.access(2)
+        yield tb.granted
+        tb.flip(1, 1)
+        yield tb.flips_done
+        tb.access(tb.page_line(1))
+        tb.access(3, write=True)
+        yield tb.granted
+    tb.script = script()
+    tb.run()
+    tb.check_end()
+    assert [a.denied for a in tb.accs] == [True, True, True, False, False]
+    assert all(a.host_bias for a in tb.accs), "the failed flip left its page in host bias"
+    assert tb.flips[0].error
+    assert tb.errors == Counter({E.HOST_ERROR: 4})
+    first_cqid = tb.host.reqs[0].cqid
+    assert log["first"] == {"code": E.HOST_ERROR, "opcode": H2DRspOpcode.GO.value,
+                            "id": first_cqid, "address": 0}
+
+
+def test_unexpected_h2d_messages(seed):
+    """H2D messages for DCOH CQIDs that may not come: GO-E for a waiting access, GO-Err
+    for a free entry, H2D Data without GO-Err for a waiting read, GO-Err Data for a
+    waiting write, a GO_WritePull and a GO with state I for a waiting claim, a GO-Err
+    naming a CQID outside the pool with a waiting entry's low bits. Each is dropped and
+    flagged RSP_UNEXPECTED; every request is then granted by its own forward."""
+    tb = TB(seed=seed, timing=HostTiming(latency=60), pages=2, page_bytes=128, cqids=8,
+            cqid_base=8)
+    log = {}
+
+    def script() -> Script:
+        tb.access(0)
+        tb.access(1, write=True)
+        tb.flip(1, 1)
+        yield lambda: len(d2h_since(tb, 0)) == 4
+        reqs = {f["opcode"]: f["cqid"] for f in d2h_since(tb, 0)}
+        rd, wr = reqs[D2HReqOpcode.RdCurr.value], reqs[D2HReqOpcode.RdOwn.value]
+        claim = reqs[D2HReqOpcode.RdOwnNoData.value]
+        free = next(c for c in range(8, 16) if c not in {f["cqid"] for f in d2h_since(tb, 0)})
+
+        def rsp(cqid, opcode=H2DRspOpcode.GO, state=GoState.Error):
+            return {"opcode": opcode.value, "rsp_data": state.value, "rsp_pre": 0,
+                    "cqid": cqid, "rsvd": 0}
+        data = {"cqid": rd, "chunk_valid": 0, "poison": 0, "go_err": 0, "rsvd": 0, "data": 5}
+        msgs = [("rsp", rsp(rd, state=GoState.E)), ("rsp", rsp(free)), ("data", data),
+                h2d_answer("data_err", wr), ("rsp", rsp(claim, H2DRspOpcode.GO_WritePull)),
+                ("rsp", rsp(claim, state=GoState.I)), ("rsp", rsp(rd ^ 8))]
+        for i, (channel, fields) in enumerate(msgs):
+            tb.host.raw_h2d(tb.cycles + 1 + i, channel, fields)
+        log["n"] = len(msgs)
+        yield lambda: tb.granted() and tb.flips_done()
+    tb.script = script()
+    tb.run()
+    tb.expect[E.RSP_UNEXPECTED] += log["n"]
+    tb.check_end()
+    assert [a.denied for a in tb.accs] == [False, False]
+    assert not tb.flips[0].error

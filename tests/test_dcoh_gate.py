@@ -6,15 +6,18 @@ A :class:`TB` connects a random AXI4 manager model to the gate's ``up`` port, th
 :class:`tests.axi_pmem.AxiPmemPort`: random latency jitter, so responses of different IDs
 come back out of order, and random backpressure / idle cycles), and the gate's
 ``o_acc`` / ``i_grant`` / ``o_done`` to a real :class:`hw.cxl.dcoh.Dcoh`, whose D2H
-requests are answered by :class:`tb.dcoh_host.DcohHost`. One simulator process drives
-everything each cycle and samples every handshake.
+requests are answered by :class:`tb.dcoh_host.DcohHost` (MemRdFwd, or with ``answer``
+GO-Err on H2D Rsp / Data). One simulator process drives everything each cycle and
+samples every handshake.
 
 Scoreboard: the manager checks every R beat against a reference memory (bursts that
 overlap a write in flight wait, so the reference is exact) and the response order per
 ID; every line of a burst reaching ``down`` must have been granted to a request of the
 gate and not used by an earlier burst (so no burst goes down before all its lines are
 granted); each non-error handle may be done only after R last / B of the downstream
-burst holding it, exactly once; :class:`tb.dcoh_host.BiasChecker` holds the DCOH's
+burst holding it, exactly once; a burst with a denied line (GO-Err) answers SLVERR on
+every R beat or on its B and changes no byte of PMEM; :class:`tb.dcoh_host.BiasChecker`
+holds the DCOH's
 grants to the bias rules; W beats reach ``down`` only for AWs already there; stream
 rules on ``o_acc``, ``o_done`` and the downstream AR / AW / W; the gate's event pulses
 match the grants.
@@ -38,7 +41,7 @@ from amaranth.sim import Simulator
 from hw.bus.axi import AxiBurst, AxiResp
 from hw.cxl.dcoh import ACC_REQ, Dcoh
 from hw.cxl.dcoh_gate import DcohGate
-from hw.cxl.messages import Codec, D2HReq, M2SReq
+from hw.cxl.messages import Codec, D2HReq, D2HReqOpcode, H2DData, H2DRsp, M2SReq
 from tb.dcoh_host import BiasChecker, DcohHost, HostTiming
 from tb.pmem import LINE_BYTES, PmemModel, PmemTiming, strb_mask
 
@@ -80,6 +83,7 @@ class Burst:
     t_up: int = -1              # AR / AW handshake on up
     t_resp: int = -1            # R last / B handshake on up
     got: int = 0                # R beats received
+    denied: bool = False        # a line was denied by the host (GO-Err)
 
     @property
     def lines(self) -> range:
@@ -143,7 +147,8 @@ class TB:
     def __init__(self, *, seed: int, traffic: Traffic = SMOOTH, enable: bool = True,
                  pages: int = 8, page_bytes: int = 1024, handle_bits: int = 5,
                  entries: int = 8, max_burst_lines: int = 16, id_width: int = 3,
-                 pmem_timing: PmemTiming | None = None, host_timing: HostTiming | None = None):
+                 pmem_timing: PmemTiming | None = None, host_timing: HostTiming | None = None,
+                 answer: Callable | None = None):
         self.rng = random.Random(seed)
         self.traffic = traffic
         self.enable = enable
@@ -162,7 +167,7 @@ class TB:
         self.port.w_after_aw = int(enable)
         self.host = DcohHost(timing=host_timing or HostTiming(latency=12, jitter=8,
                                                               reorder=True),
-                             rng=random.Random(seed + 1))
+                             rng=random.Random(seed + 1), answer=answer)
         self.hdm_base = self.rng.getrandbits(36) << 4
         self.checker = BiasChecker(self.host, hdm_base=self.hdm_base, lines_per_page=self.lpp)
         self.grant_codec = Codec(self.gate.grant_layout)
@@ -172,6 +177,8 @@ class TB:
         self.cur = {False: None, True: None}                # presented on AR / AW
         self.open = {False: {}, True: {}}   # id -> deque of bursts taken, not answered
         self.bursts: list[Burst] = []       # every burst taken on up
+        self.taken = {False: 0, True: 0}    # bursts taken on up, per direction
+        self.holder: dict[tuple[bool, int], Burst] = {}     # (write, entry) -> burst
         self.w_q: deque[tuple[Burst, int]] = deque()        # W beats owed, in AW order
         self.flips: deque[tuple[int, int, bool]] = deque()
         self.flip_log: list[tuple[int, int, int, int, bool, bool]] = []
@@ -284,6 +291,9 @@ class TB:
             if b is not None and v[f"{ch}ready"]:
                 b.t_up = t
                 self.bursts.append(b)
+                # The gate allocates a direction's entries in ring order.
+                self.holder[(write, self.taken[write] % self.gate.entries)] = b
+                self.taken[write] += 1
                 self.open[write].setdefault(b.id, deque()).append(b)
                 self.cur[write] = None
         if self._w is not None and v["wready"]:
@@ -293,7 +303,8 @@ class TB:
             assert q, f"R at {t} with ID {v['rid']} and no read of that ID open"
             b = q[0]        # same-ID responses in order: the oldest read of the ID
             line = b.line + b.got
-            assert v["rresp"] == AxiResp.OKAY, f"R at {t}: resp {v['rresp']}"
+            want = AxiResp.SLVERR if b.denied else AxiResp.OKAY
+            assert v["rresp"] == want, f"R at {t}: resp {v['rresp']} (burst {b})"
             assert v["rdata"] == self.ref.get(line, 0), \
                 f"R at {t}, ID {b.id}: data of line {line:#x} wrong (burst {b})"
             b.got += 1
@@ -305,9 +316,10 @@ class TB:
             q = self.open[True].get(v["bid"])
             assert q, f"B at {t} with ID {v['bid']} and no write of that ID open"
             b = q.popleft()
-            assert v["bresp"] == AxiResp.OKAY
+            assert v["bresp"] == (AxiResp.SLVERR if b.denied else AxiResp.OKAY), \
+                f"B at {t}: resp {v['bresp']} (burst {b})"
             b.t_resp = t
-            for k, (data, strb) in enumerate(b.data):
+            for k, (data, strb) in enumerate(b.data if not b.denied else ()):
                 mask = strb_mask(strb)
                 old = self.ref.get(b.line + k, 0)
                 self.ref[b.line + k] = (old & ~mask) | (data & mask)
@@ -325,13 +337,19 @@ class TB:
     def _on_grant(self, t: int, payload: int) -> None:
         g = self.grant_codec.unpack(payload)
         write, line = self.accs.pop(g["tag"])
-        error = line >= self.total_lines
+        oor = line >= self.total_lines
+        denied = self.host.failed.pop(g["handle"], None) is not None
+        assert bool(g["denied"]) == denied, f"grant at {t} of line {line:#x}: {g}"
+        error = oor or denied
         assert bool(g["error"]) == error, f"grant at {t} of line {line:#x}: {g}"
         if not error:
             self.checker.grant(t, line=line, write=write, handle=g["handle"],
                                cqid=g["handle"], host_bias=bool(g["host_bias"]))
-        self.grants["error" if error else "host" if g["host_bias"] else "device"] += 1
+        self.grants["denied" if denied else "error" if oor else
+                    "host" if g["host_bias"] else "device"] += 1
         _, entry, k = self.gate.untag(g["tag"])
+        if denied:
+            self.holder[(write, entry)].denied = True
         self.granted.setdefault((write, entry), []).append(
             (k, line, None if error else g["handle"]))
 
@@ -384,12 +402,14 @@ class TB:
                    *(x for s in streams.values()
                      for x in (s.valid, s.ready, Value.cast(s.payload))),
                    gate.ev_grant_host, gate.ev_grant_device, gate.ev_range_error, gate.o_busy,
-                   dcoh.o_flip.as_value(), dcoh.o_busy]
+                   dcoh.o_flip.as_value(), dcoh.o_busy, gate.ev_denied]
+        h2d_ports = {"rsp": dcoh.i_h2d_rsp, "data": dcoh.i_h2d_data}
+        h2d_codec = {"rsp": Codec(H2DRsp), "data": Codec(H2DData)}
         self._w = None
         self._flip = None
 
         async def bench(ctx):
-            t, quiet, offered = 0, 0, None
+            t, quiet, offered, h2d = 0, 0, None, None
             ctx.set(dcoh.hdm_base, self.hdm_base)
             ctx.set(gate.enable, self.enable)
             while True:
@@ -416,6 +436,13 @@ class TB:
                     if offered is not None:
                         ctx.set(dcoh.i_fwd.payload.as_value(), CODEC["fwd"].pack(**offered))
                 ctx.set(dcoh.i_fwd.valid, offered is not None)
+                if h2d is None and not rng.random() < tr.fwd_idle:
+                    h2d = host.offer_h2d(t)
+                    if h2d is not None:
+                        ctx.set(h2d_ports[h2d[0]].payload.as_value(),
+                                h2d_codec[h2d[0]].pack(**h2d[1]))
+                for name, port in h2d_ports.items():
+                    ctx.set(port.valid, h2d is not None and h2d[0] == name)
 
                 _, _, *vals = await ctx.tick().sample(*sampled, *self.port.signals())
                 n = len(mgr_names)
@@ -426,8 +453,8 @@ class TB:
                     if name in rules:
                         rules[name].observe(t, valid, ready, payload)
                     hs[name] = payload if valid and ready else None
-                ev_host, ev_dev, ev_err, busy, flip_st, dcoh_busy = vals[n + 12: n + 18]
-                self.port.observe(tuple(vals[n + 18:]))
+                ev_host, ev_dev, ev_err, busy, flip_st, dcoh_busy, ev_den = vals[n + 12: n + 19]
+                self.port.observe(tuple(vals[n + 19:]))
 
                 self._observe_manager(t, mgr)
                 if hs["d2h"] is not None:
@@ -435,6 +462,9 @@ class TB:
                 if offered is not None:
                     host.take(t)
                     offered = None
+                if h2d is not None:
+                    host.take_h2d(t)
+                    h2d = None
                 if hs["acc"] is not None:
                     self._on_acc(t, hs["acc"])
                 if hs["grant"] is not None:
@@ -443,7 +473,8 @@ class TB:
                     self._on_down(t, ev)
                 if hs["done"] is not None:
                     self._on_done(t, hs["done"])
-                self.events.update({"host": ev_host, "device": ev_dev, "error": ev_err})
+                self.events.update({"host": ev_host, "device": ev_dev, "error": ev_err,
+                                    "denied": ev_den})
                 fs = FLIP_STATUS.unpack(flip_st)
                 if self._flip is not None and t > self._flip[0] and not fs["busy"]:
                     t0, first, pages, to_host = self._flip
@@ -459,7 +490,8 @@ class TB:
                     f"{[len(q) for q in self.queue.values()]}, open "
                     f"{[sum(map(len, d.values())) for d in self.open.values()]}, W owed "
                     f"{len(self.w_q)}, gate busy {busy}, host: {host.outstanding()}")
-                pending = self.busy() or busy or dcoh_busy or offered or not host.idle()
+                pending = (self.busy() or busy or dcoh_busy or offered or h2d
+                           or not host.idle())
                 quiet = 0 if pending else quiet + 1
                 if quiet >= drain:
                     self.t = t
@@ -633,6 +665,29 @@ def test_out_of_range(seed):
     oor = sum(max(0, min(b.lines.stop, tb.mem_lines) - max(b.line, tb.total_lines))
               for b in tb.bursts)
     assert oor > 0 and tb.grants["error"] == oor == tb.events["error"]
+
+
+def test_denied_lines(seed):
+    """The host answers a fifth of the DCOH's requests GO-Err (H2D Rsp, or H2D Data for a
+    read): each such line gets a denied grant (no done); its burst is still issued, a
+    denied write with no byte enabled (PMEM keeps its old contents, checked at the end)
+    and every R beat or the B of a denied burst goes up as SLVERR; ``ev_denied`` pulses
+    per denied line and ``ev_range_error`` does not."""
+    rng = random.Random(seed + 9)
+
+    def answer(req):
+        if rng.random() < 0.2:
+            read = req.opcode in (D2HReqOpcode.RdCurr.value, D2HReqOpcode.RdShared.value)
+            return rng.choice(("go_err", "data_err")) if read else "go_err"
+        return "fwd"
+    tb = TB(seed=seed, traffic=ROUGH, answer=answer, **CONFIGS["mid"])
+    tb.preload()
+    tb.random_bursts(60, write_share=0.5)
+    tb.run()
+    tb.check_end()
+    denied = [b for b in tb.bursts if b.denied]
+    assert any(b.write for b in denied) and any(not b.write for b in denied), denied
+    assert tb.grants["denied"] == tb.events["denied"] > 0 and not tb.events["error"]
 
 
 def test_fill_to_full_with_responses_held(seed):

@@ -757,7 +757,8 @@ def _ckpt_registers(config: DeviceConfig) -> Iterable[Register]:
 _DCOH_ERRORS = (
     ("FWD_NOT_IN_FLIGHT", "MemRdFwd / MemWrFwd whose Tag names no DCOH request waiting "
      "for a forward (dropped)."),
-    ("FWD_OPCODE", "Forward of the wrong kind for its request (dropped)."),
+    ("FWD_OPCODE", "Forward other than MemRdFwd, the answer to every DCOH request "
+     "(dropped)."),
     ("FWD_ADDRESS", "Forward whose address differs from its request's (dropped)."),
     ("ACC_RANGE", "Device access beyond device memory."),
     ("DONE_UNEXPECTED", "Internal: a done for a handle with no access in flight."),
@@ -766,6 +767,11 @@ _DCOH_ERRORS = (
     ("FLIP_BUSY", "Flip command while one runs (ignored)."),
     ("FLIP_CONTENDED", "The host touched a page while the flip claimed it (page left in "
      "host bias)."),
+    ("HOST_ERROR", "The host answered a DCOH request with GO-Err (H2D Rsp, or H2D Data of "
+     "a read): the access completed with an error, without touching memory; a claim's "
+     "page left in host bias."),
+    ("RSP_UNEXPECTED", "H2D Rsp / H2D Data for a DCOH CQID that does not wait for it "
+     "(dropped)."),
 )
 _CACHE_ERRORS = (
     ("RSP_NOT_IN_FLIGHT", "H2D Rsp naming a CQID with no request in flight (dropped)."),
@@ -817,8 +823,9 @@ def _coherence_registers() -> Iterable[Register]:
         yield Register(
             f"{name}_INFO", base + 4, Kind.RO,
             fields=[Field("CODE", 0, 4, "Error kind (bit number above)."),
-                    Field("OPCODE", 4, 5, "Opcode of the message (M2S Req for the DCOH, "
-                          "H2D for the agent)."),
+                    Field("OPCODE", 4, 5, "Opcode of the message (M2S Req for the DCOH's "
+                          "forward kinds, H2D Rsp for its H2D kinds and for the agent; 0 for "
+                          "H2D Data)."),
                     Field("ID", 16, 16, "CQID / UQID / handle of the message.")],
             doc=f"Kind, opcode and ID {first}")
         if kinds is _DCOH_ERRORS:

@@ -17,7 +17,7 @@ from ..widths import is_pow2 as _is_pow2
 from ..widths import lowest_set, lt_const, named, onehot
 from ..widths import select_bit as _bit
 from .cache_agent import TAG_BITS
-from .messages import D2HReq, D2HReqOpcode, M2SReq, M2SReqOpcode
+from .messages import D2HReq, D2HReqOpcode, GoState, H2DData, H2DRsp, H2DRspOpcode, M2SReq, M2SReqOpcode
 
 __all__ = [
     "ACC_REQ",
@@ -48,9 +48,10 @@ ACC_REQ = data.StructLayout({"line": LINE_BITS, "write": 1, "tag": TAG_BITS})
 CHK_RSP = data.StructLayout({"flipped": 1, "error": 1})
 
 #: Details of an error (:attr:`Dcoh.o_err_first`). ``opcode`` is the M2S opcode of a
-#: forward (zero for the other kinds); ``id`` the forward's Tag, the access's tag or the
-#: handle of a done (zero for the check and flip kinds); ``address`` the forward's or the
-#: request's line address, or the page number for the flip kinds.
+#: forward, the H2D Rsp opcode of an H2D Rsp (zero for H2D Data and the other kinds);
+#: ``id`` the forward's Tag, the H2D message's CQID, the access's tag or the handle of a
+#: done (zero for the check and flip kinds); ``address`` the forward's or the request's
+#: line address, the page number for the flip kinds, zero for the H2D kinds.
 ERR_INFO = data.StructLayout({"code": 4, "opcode": 4, "id": 16, "address": LINE_BITS})
 
 
@@ -66,18 +67,23 @@ class DcohError:
     FLIP_RANGE = 6          # flip command beyond the bias table: done with error
     FLIP_BUSY = 7           # flip start while a flip (or the reset sweep) runs: ignored
     FLIP_CONTENDED = 8      # host touched a page while the flip claimed it: page not flipped
-    COUNT = 9
+    HOST_ERROR = 9          # the host answered a request with GO-Err (H2D Rsp or H2D Data)
+    RSP_UNEXPECTED = 10     # H2D Rsp / Data for a DCOH CQID that does not wait for it
+    COUNT = 11
 
 
 def grant_layout(handle_bits: int) -> data.StructLayout:
     """``o_grant`` payload for handles of ``handle_bits`` bits: ``tag``, ``handle``,
-    ``error``, ``host_bias`` (shared with the users' grant inputs)."""
+    ``error``, ``host_bias``, ``denied`` (shared with the users' grant inputs).
+    ``denied`` (always with ``error``): the host refused the line (GO-Err), so the access
+    must not touch memory; ``error`` without ``denied``: the line is beyond device
+    memory."""
     return data.StructLayout({"tag": TAG_BITS, "handle": handle_bits, "error": 1,
-                              "host_bias": 1})
+                              "host_bias": 1, "denied": 1})
 
 
 #: Entry info, written when a CQID / handle is allocated.
-_INFO = data.StructLayout({"host_line": LINE_BITS, "tag": TAG_BITS, "write": 1, "claim": 1,
+_INFO = data.StructLayout({"host_line": LINE_BITS, "tag": TAG_BITS, "claim": 1,
                            "host_bias": 1, "error": 1})
 
 
@@ -107,9 +113,10 @@ class Dcoh(wiring.Component):
     cqids - 1``. A page in device bias is granted at once (``host_bias = 0``). For a page
     in host bias the DCOH sends a D2H Req for the line's host address (``hdm_base +
     line``) with the entry's CQID: ``read_opcode`` (RdCurr or RdShared) for a read, RdOwn
-    for a write; the grant (``host_bias = 1``) follows the M2S MemRdFwd (read) or
-    MemWrFwd (write) whose Tag is that CQID and whose address is that line. No
-    completion goes back to the host. Once the user's memory access has finished (AXI R
+    for a write; the grant (``host_bias = 1``) follows the M2S MemRdFwd whose Tag is that
+    CQID and whose address is that line (CXL 1.1 Table 17 and CXL 3.1 Table 3-24 answer
+    every one of these requests with MemRdFwd; MemWrFwd answers only the weakly ordered
+    writes, which the DCOH does not send). No completion goes back to the host. Once the user's memory access has finished (AXI R
     or B), it returns the handle on ``i_done``; the entry is free again. A line beyond
     device memory is granted at once with ``error`` set (its handle needs no done; the
     entry is free once the grant has left) and flagged ACC_RANGE. Every access takes an
@@ -120,10 +127,22 @@ class Dcoh(wiring.Component):
 
     **Forwards** (``i_fwd``, the M2S Req messages the endpoint routes here) are always
     accepted. A forward whose Tag names no entry waiting for a forward, whose opcode is
-    not the one the request waits for (MemRdFwd for a read or a claim, MemWrFwd for a
-    write), or whose address differs from the request's, is dropped and flagged
+    not MemRdFwd, or whose address differs from the request's, is dropped and flagged
     (FWD_NOT_IN_FLIGHT, FWD_OPCODE, FWD_ADDRESS); the request keeps waiting for its
     forward, so a bad forward never grants anything.
+
+    **H2D Rsp and H2D Data** naming the pool's CQIDs (the device routes them here;
+    ``i_h2d_rsp`` and ``i_h2d_data`` are always ready) are the host's other answers. A GO
+    with state Exclusive (GO-E) completes a claim (RdOwnNoData) as its MemRdFwd would (CXL
+    3.1 §3.2.4.2.13). A GO with state Error (GO-Err), for any request waiting, and an H2D
+    Data with GO-Err, for a read waiting, end the request with HOST_ERROR: an access is
+    granted with ``error`` and ``denied`` (the user must not touch the line; the entry is
+    free once the grant has left, no done); a claim ends, and its page stays in host bias
+    and the flip command ends with ``error``. Any other H2D Rsp or Data (for a CQID that
+    waits for nothing, outside the pool, a GO-E for an access, H2D Data without GO-Err or
+    for a write or claim, other opcodes) is dropped and flagged RSP_UNEXPECTED; the
+    request keeps waiting. In one cycle a forward is taken before an H2D Rsp, and an H2D
+    Rsp before an H2D Data, so an entry completes once.
 
     **Flip command.** ``i_flip_start`` with ``i_flip`` (``first_page``, ``pages``,
     ``to_host``) walks the pages in order. To device bias: a page already in device
@@ -159,7 +178,8 @@ class Dcoh(wiring.Component):
 
     **Latency** (idle DCOH, outputs ready): an ``i_acc`` handshake in cycle 0 puts a
     host-bias D2H Req valid in cycle 2 and a device-bias (or error) grant valid in cycle
-    3; a forward taken in cycle *t* puts its grant valid in cycle *t* + 3. A check taken
+    3; a forward taken in cycle *t* puts its grant valid in cycle *t* + 3, and so does a
+    GO-Err taken in cycle *t* (an error grant). A check taken
     in cycle *t* is answered in cycle *t* + 2 (host bias, nothing to drain) or *t* + 3
     (device bias, nothing to drain). A flip works one page at a time: 3 cycles for a
     skipped page; to device bias, the claims of the page's lines (one per cycle at
@@ -215,7 +235,11 @@ class Dcoh(wiring.Component):
         RdCurr / RdShared / RdOwn / RdOwnNoData with the pool's CQIDs; NT and reserved
         fields zero.
     i_fwd : ``In(stream.Signature(M2SReq))``
-        MemRdFwd / MemWrFwd, Tag = CQID (always ready).
+        MemRdFwd (and, as bad input, any other opcode), Tag = CQID (always ready).
+    i_h2d_rsp : ``In(stream.Signature(H2DRsp))``
+        H2D Rsp naming the pool's CQIDs (always ready).
+    i_h2d_data : ``In(stream.Signature(H2DData))``
+        H2D Data naming the pool's CQIDs; only its header is used (always ready).
     i_host_chk : ``In(stream.Signature(46))``
         Device line address of a host access.
     o_host_chk : ``Out(stream.Signature(CHK_RSP))``
@@ -230,8 +254,8 @@ class Dcoh(wiring.Component):
     o_flip : ``Out(FLIP_STATUS)``
         ``busy``, ``done``, ``error``.
     o_err_set : ``Out(DcohError.COUNT)``
-        One-cycle pulse per error kind, registered: two cycles after a bad forward's
-        handshake, one cycle after a bad done's or flip start's handshake or an error
+        One-cycle pulse per error kind, registered: two cycles after a bad forward's, a
+        GO-Err's or an unexpected H2D message's handshake, one cycle after a bad done's or flip start's handshake or an error
         grant's transfer, with the error answer of a check becoming valid, one cycle
         after a contended page is given up.
     o_err_status : ``Out(DcohError.COUNT)``
@@ -287,6 +311,8 @@ class Dcoh(wiring.Component):
             "i_done": In(stream.Signature(unsigned(cqids.bit_length() - 1))),
             "o_d2h_req": Out(stream.Signature(D2HReq)),
             "i_fwd": In(stream.Signature(M2SReq)),
+            "i_h2d_rsp": In(stream.Signature(H2DRsp)),
+            "i_h2d_data": In(stream.Signature(H2DData)),
             "i_host_chk": In(stream.Signature(LINE_BITS)),
             "o_host_chk": Out(stream.Signature(CHK_RSP)),
             "hdm_base": In(LINE_BITS),
@@ -382,6 +408,8 @@ class Dcoh(wiring.Component):
         lo_bits = max(1, shift)
         e_lo = [Signal(lo_bits, name=f"e_lo{i}") for i in range(n)]
         e_fwd = Signal(n)
+        e_write = Signal(n)     # the access is a write (RdOwn)
+        e_denied = Signal(n)    # the host answered GO-Err: the grant is ``denied``
         m.submodules.info = info_mem = Memory(shape=_INFO, depth=n, init=[])
         info_wr = info_mem.write_port()
         # The forward check reads an entry in the cycle its forward is taken; an entry
@@ -409,6 +437,8 @@ class Dcoh(wiring.Component):
         # Per-cycle state changes, applied together at the end.
         set_wait, set_claim, set_ready, set_errg = Signal(n), Signal(n), Signal(n), Signal(n)
         clr_wait, clr_claim, clr_granted = Signal(n), Signal(n), Signal(n)
+        fwd_clr_wait, fwd_clr_claim = Signal(n), Signal(n)     # the forwards' part
+        set_denied = Signal(n)  # GO-Err: the waiting access goes to an error grant
         picked_ok, picked_err = Signal(n), Signal(n)        # entries picked for o_grant
         delivered_ok, delivered_err = Signal(n), Signal(n)  # grants transferred
 
@@ -422,6 +452,7 @@ class Dcoh(wiring.Component):
         f_line = Signal(shift + 1)      # lines of the page claimed so far
         f_out = Signal(range(n + 1))    # claims waiting for their MemRdFwd
         f_spoil = Signal()              # the host touched the page during its claims
+        f_denied = Signal()             # the host refused a claim of the page (GO-Err)
         f_err = Signal()
         f_pending = Signal(n)
         f_wr_req = Signal()
@@ -489,18 +520,18 @@ class Dcoh(wiring.Component):
             info_wr.data.host_line.eq(Mux(c_go, c_host_line,
                                           Mux(b_err_acc, b.line, b_host_line))),
             info_wr.data.tag.eq(b.tag),
-            info_wr.data.write.eq(b.write & ~c_go),
             info_wr.data.claim.eq(c_go),
             info_wr.data.host_bias.eq(b_host_acc & ~c_go),
             info_wr.data.error.eq(b_err_acc & ~c_go),
             set_wait.eq(Mux(b_go & b_host_acc, alloc_oh, 0)),
             set_claim.eq(Mux(c_go, alloc_oh, 0)),
-            set_errg.eq(Mux(b_go & b_err_acc, alloc_oh, 0)),
+            set_errg.eq(Mux(b_go & b_err_acc, alloc_oh, 0) | set_denied),
         ]
         new_page = named(m, Mux(c_go, f_cur, b_page), "new_page")
         for i, e in enumerate(e_page):
             with m.If(alloc_any & alloc_oh[i]):
                 m.d.sync += e.eq(new_page)
+                m.d.sync += e_write[i].eq(b.write & ~c_go)
                 if shift:
                     m.d.sync += e_lo[i].eq(b.line[:shift])
         rd_op = self._read_opcode.value
@@ -543,20 +574,73 @@ class Dcoh(wiring.Component):
         f_good = Signal()
         m.d.comb += [
             f_inflight.eq(f1_valid & f_ours & (f_is_wait | f_is_claim)),
-            f_op_ok.eq(Mux(fi.write, f1_op == M2SReqOpcode.MemWrFwd.value,
-                           f1_op == M2SReqOpcode.MemRdFwd.value)),
+            # Every request the DCOH sends (RdCurr, RdShared, RdOwn, RdOwnNoData) is
+            # answered MemRdFwd (CXL 1.1 Table 17, CXL 3.1 Table 3-24); MemWrFwd answers
+            # only WOWrInv / WOWrInvF, which the DCOH never sends.
+            f_op_ok.eq(f1_op == M2SReqOpcode.MemRdFwd.value),
             f_good.eq(f_inflight & f_op_ok & (f1_line == fi.host_line)),
             err_kind[DcohError.FWD_NOT_IN_FLIGHT].eq(f1_valid & ~f_inflight),
             err_kind[DcohError.FWD_OPCODE].eq(f_inflight & ~f_op_ok),
             err_kind[DcohError.FWD_ADDRESS].eq(f_inflight & f_op_ok & (f1_line != fi.host_line)),
-            clr_wait.eq(Mux(f_good & f_is_wait, f_oh, 0)),
-            clr_claim.eq(Mux(f_good & f_is_claim, f_oh, 0)),
+            fwd_clr_wait.eq(Mux(f_good & f_is_wait, f_oh, 0)),
+            fwd_clr_claim.eq(Mux(f_good & f_is_claim, f_oh, 0)),
         ]
         fwd_info = (f1_op, f1_tag, f1_line)
         for kind in (DcohError.FWD_NOT_IN_FLIGHT, DcohError.FWD_OPCODE,
                      DcohError.FWD_ADDRESS):
             info[kind] = fwd_info
         f_claim_back = f_good & f_is_claim
+
+        # --- H2D Rsp / Data naming the pool's CQIDs: GO-E of a claim, GO-Err, strays ---
+        # Registered (R1, D1) like the forwards, then checked against the entry they
+        # name. An entry completes once: in one cycle a forward goes before an H2D Rsp,
+        # and an H2D Rsp before an H2D Data for the same entry.
+        h_rsp, h_data = self.i_h2d_rsp, self.i_h2d_data
+        r1_valid, r1_op, r1_state = Signal(), Signal(4), Signal(12)
+        r1_cqid = Signal(_CQID_BITS)
+        d1_valid, d1_go_err, d1_cqid = Signal(), Signal(), Signal(_CQID_BITS)
+        m.d.comb += [h_rsp.ready.eq(1), h_data.ready.eq(1)]
+        m.d.sync += [r1_valid.eq(h_rsp.valid), d1_valid.eq(h_data.valid)]
+        with m.If(h_rsp.valid):
+            m.d.sync += [r1_op.eq(h_rsp.p.opcode), r1_state.eq(h_rsp.p.rsp_data),
+                         r1_cqid.eq(h_rsp.p.cqid)]
+        with m.If(h_data.valid):
+            m.d.sync += [d1_go_err.eq(h_data.p.go_err), d1_cqid.eq(h_data.p.cqid)]
+        wait_left = named(m, s_wait & ~fwd_clr_wait, "h2d_wait_left")
+        claim_left = named(m, s_claim & ~fwd_clr_claim, "h2d_claim_left")
+        r_idx, d_idx = r1_cqid[:k], d1_cqid[:k]
+        r_oh, d_oh = onehot(m, r_idx, n, "rsp_oh"), onehot(m, d_idx, n, "data_oh")
+        r_ours = r1_cqid[k:] == self._cqid_base >> k
+        d_ours = d1_cqid[k:] == self._cqid_base >> k
+        r_wait = named(m, r1_valid & r_ours & _bit(m, wait_left, r_idx, "rsp_wait"), "r_wait")
+        r_claim = named(m, r1_valid & r_ours & _bit(m, claim_left, r_idx, "rsp_claim"),
+                        "r_claim")
+        r_go = r1_op == H2DRspOpcode.GO.value
+        r_go_err = named(m, r_go & (r1_state == GoState.Error.value), "r_go_err")
+        r_go_e = named(m, r_go & (r1_state == GoState.E.value), "r_go_e")
+        r_fail = named(m, r_go_err & (r_wait | r_claim), "r_fail")     # GO-Err
+        r_claimed = named(m, r_go_e & r_claim, "r_claimed")              # GO-E
+        r_stray = named(m, r1_valid & ~r_fail & ~r_claimed, "r_stray")
+        # Only a read (RdCurr / RdShared) may be answered by H2D Data, and only with GO-Err.
+        d_reads = named(m, wait_left & ~e_write & ~Mux(r_fail, r_oh, 0), "h2d_data_reads")
+        d_read = named(m, d1_valid & d_ours & _bit(m, d_reads, d_idx, "data_read"), "d_read")
+        d_fail = named(m, d_read & d1_go_err, "d_fail")
+        d_stray = named(m, d1_valid & ~d_fail, "d_stray")
+        r_claim_back = named(m, r_claim & (r_fail | r_claimed), "r_claim_back")
+        m.d.comb += [
+            set_denied.eq(Mux(r_fail & r_wait, r_oh, 0) | Mux(d_fail, d_oh, 0)),
+            clr_wait.eq(fwd_clr_wait | set_denied),
+            clr_claim.eq(fwd_clr_claim | Mux(r_claim_back, r_oh, 0)),
+            err_kind[DcohError.HOST_ERROR].eq(r_fail | d_fail),
+            err_kind[DcohError.RSP_UNEXPECTED].eq(r_stray | d_stray),
+        ]
+        with m.If(r_fail & r_claim):
+            m.d.sync += f_denied.eq(1)
+        # The error record: the H2D Rsp opcode (0 for H2D Data) and the CQID.
+        info[DcohError.HOST_ERROR] = (Mux(r_fail, r1_op, 0), Mux(r_fail, r1_cqid, d1_cqid),
+                                      C(0, LINE_BITS))
+        info[DcohError.RSP_UNEXPECTED] = (Mux(r_stray, r1_op, 0),
+                                          Mux(r_stray, r1_cqid, d1_cqid), C(0, LINE_BITS))
 
         # --- grants: a round-robin pick among the entries waiting, into o_grant ---------
         m.d.comb += set_ready.eq(Mux(b_go & b_dev_acc, alloc_oh, 0) |
@@ -571,14 +655,16 @@ class Dcoh(wiring.Component):
         pick_idx = pick_wide[:k]
         pick_oh = onehot(m, pick_idx, n, "pick_oh")
         g_load = ~ogr.valid | ogr.ready
+        g_denied = Signal()
         pick = g_load & pick_any
         m.d.comb += [
             info_g.addr.eq(pick_idx),
             info_g.en.eq(g_load),
             # The payload is the read port's data, which holds while ``en`` is low.
             ogr.p.tag.eq(info_g.data.tag),
-            ogr.p.error.eq(info_g.data.error),
+            ogr.p.error.eq(info_g.data.error | g_denied),
             ogr.p.host_bias.eq(info_g.data.host_bias),
+            ogr.p.denied.eq(g_denied),
             ogr.p.handle.eq(g_idx),
             picked_ok.eq(Mux(pick, pick_oh & s_ready, 0)),
             picked_err.eq(Mux(pick, pick_oh & s_errg, 0)),
@@ -588,11 +674,12 @@ class Dcoh(wiring.Component):
         with m.If(pick):
             m.d.sync += [g_idx.eq(pick_idx), g_ptr.eq(pick_idx + 1)]
         g_oh = onehot(m, g_idx, n, "grant_oh")
+        m.d.comb += g_denied.eq(_bit(m, e_denied, g_idx, "grant_denied"))
         g_hs = ogr.valid & ogr.ready
         m.d.comb += [
             delivered_ok.eq(Mux(g_hs, g_oh & s_out, 0)),
             delivered_err.eq(Mux(g_hs, g_oh & s_eout, 0)),
-            err_kind[DcohError.ACC_RANGE].eq(delivered_err.any()),
+            err_kind[DcohError.ACC_RANGE].eq(delivered_err.any() & ~g_denied),
         ]
         info[DcohError.ACC_RANGE] = (C(0, 4), ogr.p.tag, info_g.data.host_line)
 
@@ -610,7 +697,8 @@ class Dcoh(wiring.Component):
 
         m.d.sync += [
             s_wait.eq((s_wait & ~clr_wait) | set_wait),
-            e_fwd.eq((e_fwd & ~Mux(alloc_any, alloc_oh, 0)) | clr_wait),
+            e_fwd.eq((e_fwd & ~Mux(alloc_any, alloc_oh, 0)) | fwd_clr_wait),
+            e_denied.eq((e_denied & ~Mux(alloc_any, alloc_oh, 0)) | set_denied),
             s_claim.eq((s_claim & ~clr_claim) | set_claim),
             s_ready.eq((s_ready & ~picked_ok) | set_ready),
             s_out.eq((s_out & ~delivered_ok) | picked_ok),
@@ -619,8 +707,8 @@ class Dcoh(wiring.Component):
             s_eout.eq((s_eout & ~delivered_err) | picked_err),
         ]
         used = self.o_inflight
-        freed = Signal(2)
-        m.d.comb += freed.eq(f_claim_back + d_hit + delivered_err.any())
+        freed = Signal(3)
+        m.d.comb += freed.eq(f_claim_back + r_claim_back + d_hit + delivered_err.any())
         m.d.sync += used.eq(used + alloc_any - freed)
 
         # --- host check ---------------------------------------------------------------------
@@ -715,7 +803,7 @@ class Dcoh(wiring.Component):
         ]
         with m.If(c_go):
             m.d.sync += f_line.eq(f_line + 1)
-        m.d.sync += f_out.eq(f_out + c_go - f_claim_back)
+        m.d.sync += f_out.eq(f_out + c_go - f_claim_back - r_claim_back)
         with m.If(k_on_flip):
             m.d.sync += f_spoil.eq(1)
 
@@ -731,11 +819,13 @@ class Dcoh(wiring.Component):
                     m.d.sync += f_phase.eq(_F_NEXT)
                 with m.Else():
                     m.d.sync += f_phase.eq(_F_CLAIM)
-                m.d.sync += [f_line.eq(0), f_spoil.eq(0)]
+                m.d.sync += [f_line.eq(0), f_spoil.eq(0), f_denied.eq(0)]
             with m.Case(_F_CLAIM), m.If(f_line[shift] & ~f_out.any()):
                 m.d.sync += f_phase.eq(_F_COMMIT)
             with m.Case(_F_COMMIT):
-                with m.If(f_spoil | k_on_flip):
+                with m.If(f_denied):     # flagged HOST_ERROR when the GO-Err came
+                    m.d.sync += [f_err.eq(1), f_phase.eq(_F_NEXT)]
+                with m.Elif(f_spoil | k_on_flip):
                     m.d.sync += [f_err.eq(1), f_phase.eq(_F_NEXT)]
                     m.d.comb += err_kind[DcohError.FLIP_CONTENDED].eq(1)
                 with m.Else():
@@ -793,6 +883,7 @@ class Dcoh(wiring.Component):
         with m.If(~kept.any() & err.any()):
             m.d.sync += self.o_err_first.eq(now)
 
-        m.d.comb += self.o_busy.eq(~free.all() | b_valid | f1_valid | ogr.valid | req.valid |
+        m.d.comb += self.o_busy.eq(~free.all() | b_valid | f1_valid | r1_valid | d1_valid |
+                                   ogr.valid | req.valid |
                                    k_valid | och.valid | f_busy | clearing)
         return m

@@ -12,7 +12,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..bus.axi import AXI4Signature
+from ..bus.axi import AXI4Signature, AxiResp
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
 from ..widths import lowest_set, lt_const, named, onehot
@@ -125,6 +125,11 @@ class _Path:
         # --- grants (driven by the gate): count them, store the handles ------------------
         self.grant_oh = Signal(n, name=f"{name}_grant_oh")
         self.grant_ok = Signal(name=f"{name}_grant_ok")
+        self.grant_denied = Signal(name=f"{name}_grant_denied")
+        # A line of the burst was denied by the host: the burst must not touch memory.
+        self.denied = Signal(n, name=f"{name}_denied")
+        m.d.sync += self.denied.eq((self.denied & ~Mux(hs, a_oh, 0)) |
+                                   Mux(self.grant_denied, self.grant_oh, 0))
         for e in range(n):
             with m.If(self.grant_oh[e]):
                 m.d.sync += self.rem[e].eq(self.rem[e] - 1)
@@ -150,6 +155,9 @@ class _Path:
         cand = named(m, self.issued & ~self.resp & Cat(*(i == self.resp_id for i in self.ids)),
                      f"{name}_resp_cand")
         r_any, r_idx = _circular_first(m, cand, a_ptr, f"{name}_resp_pick")
+        # The response belongs to a denied burst: it goes upstream as SLVERR.
+        self.resp_denied = named(m, r_any & _bit(m, self.denied, r_idx, f"{name}_resp_den"),
+                                 f"{name}_resp_denied")
         r_oh = named(m, Mux(self.resp_hs & r_any, onehot(m, r_idx, n, f"{name}_resp_oh"), 0),
                      f"{name}_resp_set")
 
@@ -177,7 +185,11 @@ class DcohGate(wiring.Component):
     bursts with the same ID keep their order (head-of-line blocking: a burst waiting for a
     host-bias grant holds back every later burst of its direction, whatever its ID). A
     grant with ``error`` (a line beyond device memory) needs no done; the burst is issued
-    all the same, PMEM answers it, and ``ev_range_error`` pulses.
+    all the same, PMEM answers it, and ``ev_range_error`` pulses. A ``denied`` grant
+    (the host answered GO-Err) needs no done either, and the burst must not touch
+    memory: it is issued all the same (so the subordinate's ID order is kept), a denied
+    write with every W strobe low, and its R beats or B go upstream as SLVERR;
+    ``ev_denied`` pulses.
 
     R and B pass from ``down`` to ``up`` unchanged. R with ``last`` (or B) completes the
     oldest issued, not yet completed entry of its direction with that ID (the subordinate
@@ -250,7 +262,9 @@ class DcohGate(wiring.Component):
         One-cycle pulse, a cycle after a grant without error is taken, by its
         ``host_bias``.
     ev_range_error : ``Out(1)``
-        One-cycle pulse, a cycle after a grant with ``error`` is taken.
+        One-cycle pulse, a cycle after a grant with ``error`` but not ``denied`` is taken.
+    ev_denied : ``Out(1)``
+        One-cycle pulse, a cycle after a ``denied`` grant is taken.
     o_busy : ``Out(1)``
         A burst in the gate (taken from ``up`` and not yet done), a done pending, or W
         data owed to an issued AW.
@@ -297,6 +311,7 @@ class DcohGate(wiring.Component):
             "ev_grant_host": Out(1),
             "ev_grant_device": Out(1),
             "ev_range_error": Out(1),
+            "ev_denied": Out(1),
             "o_busy": Out(1),
         })
 
@@ -377,13 +392,22 @@ class DcohGate(wiring.Component):
                 down.wdata.eq(up.wdata), down.wstrb.eq(up.wstrb), down.wlast.eq(up.wlast),
             ]
         m.d.sync += w_owed.eq(w_owed + wr.issue_hs - w_last_hs)
+        # W beats leave in AW order and AWs are issued in ring order, so the beats passing
+        # belong to entry ``w_entry``; those of a denied burst go down with no byte enabled.
+        w_entry = Signal(eb)
+        with m.If(w_last_hs):
+            m.d.sync += w_entry.eq(w_entry + 1)
+        w_denied = named(m, _bit(m, wr.denied, w_entry, "w_den"), "w_denied")
+        with m.If(en & w_denied):
+            m.d.comb += down.wstrb.eq(0)
 
         # --- R and B: unchanged; R last / B completes an entry ---------------------------
         m.d.comb += [
             up.rvalid.eq(down.rvalid), down.rready.eq(up.rready), up.rid.eq(down.rid),
-            up.rdata.eq(down.rdata), up.rresp.eq(down.rresp), up.rlast.eq(down.rlast),
+            up.rdata.eq(down.rdata), up.rlast.eq(down.rlast),
+            up.rresp.eq(Mux(en & rd.resp_denied, AxiResp.SLVERR, down.rresp)),
             up.bvalid.eq(down.bvalid), down.bready.eq(up.bready), up.bid.eq(down.bid),
-            up.bresp.eq(down.bresp),
+            up.bresp.eq(Mux(en & wr.resp_denied, AxiResp.SLVERR, down.bresp)),
             rd.resp_hs.eq(en & down.rvalid & up.rready & down.rlast),
             rd.resp_id.eq(down.rid),
             wr.resp_hs.eq(en & down.bvalid & up.bready),
@@ -427,6 +451,8 @@ class DcohGate(wiring.Component):
             wr.grant_oh.eq(Mux(gr.valid & g_write, g_oh, 0)),
             rd.grant_ok.eq(~gr.p.error),
             wr.grant_ok.eq(~gr.p.error),
+            rd.grant_denied.eq(gr.p.denied),
+            wr.grant_denied.eq(gr.p.denied),
             h_wr.en.eq(gr.valid & ~gr.p.error),
             h_wr.addr.eq(Cat(g_nok[:kb], g_entry, g_write)),
             h_wr.data.eq(gr.p.handle),
@@ -434,7 +460,8 @@ class DcohGate(wiring.Component):
         m.d.sync += [
             self.ev_grant_host.eq(gr.valid & ~gr.p.error & gr.p.host_bias),
             self.ev_grant_device.eq(gr.valid & ~gr.p.error & ~gr.p.host_bias),
-            self.ev_range_error.eq(gr.valid & gr.p.error),
+            self.ev_range_error.eq(gr.valid & gr.p.error & ~gr.p.denied),
+            self.ev_denied.eq(gr.valid & gr.p.denied),
         ]
 
         # --- done walker: completed entries in round-robin order, one handle a cycle -----
