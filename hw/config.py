@@ -82,8 +82,9 @@ class DeviceConfig:
     engine_sequencers:
         Bag sequencers of the engine (1 to 4): that many LOOKUP / UPDATE descriptors
         have their checks and index reads in flight at once (``docs/embedding.md``,
-        "Execution order"). Each takes AXI ID bits: ``axi_id_width - 3 -
-        ceil(log2 engine_sequencers)`` must be at least 2.
+        "Execution order"). Each takes AXI ID bits: ``axi_id_width -
+        Engine.MANAGER_ID_BITS - ceil(log2 engine_sequencers)`` must be at least 2 (the
+        engine's eight PMEM managers take 3 bits).
     ckpt_filter_rows:
         Entries of the undo logger's duplicate-row filter (power of two, 2 to 4096).
     ckpt_fifo_lines:
@@ -193,11 +194,14 @@ class DeviceConfig:
         if not is_pow2(self.update_cache_rows) or not 2 <= self.update_cache_rows <= 256:
             raise ValueError("update_cache_rows must be a power of two between 2 and 256, "
                              f"not {self.update_cache_rows}")
+        # The engine owns its manager list (imported here: the engine imports this module).
+        from .engine.engine import Engine
         seq_bits = (self.engine_sequencers - 1).bit_length()
-        if not 1 <= self.engine_sequencers <= 4 or self.axi_id_width - 3 - seq_bits < 2:
-            raise ValueError("engine_sequencers must be between 1 and 4, with axi_id_width - 3 "
-                             "- ceil(log2 engine_sequencers) at least 2, not "
-                             f"{self.engine_sequencers}")
+        spare = self.axi_id_width - Engine.MANAGER_ID_BITS - seq_bits
+        if not 1 <= self.engine_sequencers <= 4 or spare < 2:
+            raise ValueError(f"engine_sequencers must be between 1 and 4, with axi_id_width - "
+                             f"{Engine.MANAGER_ID_BITS} - ceil(log2 engine_sequencers) at least "
+                             f"2, not {self.engine_sequencers}")
         if (not is_pow2(self.page_bytes) or not 64 <= self.page_bytes <= (1 << 21)
                 or self.page_bytes > self.pmem_size):
             raise ValueError("page_bytes must be a power of two between 64 and 2 MiB and at "

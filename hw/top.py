@@ -146,7 +146,6 @@ class Device(wiring.Component):
         m.submodules.router = router = M2sRouter(pmem_lines=cfg.pmem_lines)
         m.submodules.dcoh = dcoh = Dcoh(pages=cfg.dcoh_pages, page_bytes=cfg.page_bytes,
                                         cqids=cfg.dcoh_cqids, cqid_base=DCOH_CQID_BASE)
-        dcoh_cqid_bits = cfg.dcoh_cqids.bit_length() - 1
         m.submodules.cache_agent = agent = CacheAgent(cqids=cfg.cache_cqids,
                                                       write_cqids=cfg.cache_write_cqids)
         m.submodules.endpoint = endpoint = MemEndpoint(config=self._config)
@@ -183,6 +182,14 @@ class Device(wiring.Component):
         wiring.connect(m, arbiter.sub, wiring.flipped(self.pmem))
         wiring.connect(m, wiring.flipped(self.csr), regs.csr)
 
+        self._endpoint_registers(m, regs, endpoint, router, dcoh)
+        self._engine_registers(m, regs, engine)
+
+        self._coherence(m, regs, dcoh, agent, engine, router, gate)
+        return m
+
+    def _endpoint_registers(self, m: Module, regs, endpoint, router, dcoh) -> None:
+        """The HDM decoder, the endpoint's error capture, status and counters."""
         # HDM decoder: byte registers -> line address / line count (Addr[51:6]); the
         # registers hold bits [51:12] (4 KiB granules).
         granule_lines = Const(0, HDM_GRANULE.bit_length() - 1 - 6)
@@ -222,7 +229,9 @@ class Device(wiring.Component):
             regs.perf_busy_inc.eq(endpoint.o_perf.busy),
         ]
 
-        # Embedding engine: ring, doorbell, head, errors and counters.
+    def _engine_registers(self, m: Module, regs, engine) -> None:
+        """The engine's ring, doorbell, head, errors and counters, and the checkpoint
+        logger's and recovery's registers (docs/checkpoint.md)."""
         aw = self._config.pmem_addr_width
         m.d.comb += [
             engine.ring_base.eq(zext(Cat(regs.eng_ring_base_lo, regs.eng_ring_base_hi), aw)),
@@ -277,7 +286,9 @@ class Device(wiring.Component):
             engine.ck_mlp_k.eq(regs.ck_mlp_k),
         ]
 
-        # Coherence (docs/dcoh.md, docs/cxl-cache.md): mode, flips, errors, counters.
+    def _coherence(self, m: Module, regs, dcoh, agent, engine, router, gate) -> None:
+        """Coherence (docs/dcoh.md, docs/cxl-cache.md): the CXL.cache channels of the
+        DCOH and the agent, the mode bits, flips, errors and counters."""
         ctrl = regs.coh_ctrl
         hdm_d, mlp_src_host, cq_host = ctrl.hdm_d, ctrl.mlp_src_host, ctrl.cq_host
         _merge(m, agent.o_d2h_req, dcoh.o_d2h_req, self.o_d2h_req, "d2h_req")
@@ -286,6 +297,7 @@ class Device(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i_h2d_req), agent.i_h2d_req)
         # H2D Rsp and Data go by CQID: the DCOH's pool to the DCOH (GO-E of a claim,
         # GO-Err), every other CQID to the agent. Both sinks are always ready.
+        dcoh_cqid_bits = dcoh.cqids.bit_length() - 1
         for src, name in ((self.i_h2d_rsp, "h2d_rsp"), (self.i_h2d_data, "h2d_data")):
             to_dcoh = Signal(name=f"{name}_to_dcoh")
             dcoh_in, agent_in = getattr(dcoh, f"i_{name}"), getattr(agent, f"i_{name}")
@@ -339,5 +351,3 @@ class Device(wiring.Component):
             regs.coh_rd_lines_inc.eq(agent.o_rd.valid & agent.o_rd.ready),
             regs.coh_wr_lines_inc.eq(agent.o_wr.valid & agent.o_wr.ready),
         ]
-        return m
-

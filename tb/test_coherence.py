@@ -24,7 +24,7 @@ import numpy as np
 
 from hw.cxl.cache_agent import CacheError
 from hw.cxl.dcoh import DcohError
-from hw.cxl.messages import D2HReqOpcode, H2DRspOpcode, M2SReqOpcode
+from hw.cxl.messages import H2DRspOpcode, M2SReqOpcode
 from hw.engine.descriptor import DescKind, PoolMode, Status
 from hw.top import DCOH_CQID_BASE
 from sim import ckpt

@@ -333,7 +333,7 @@ def test_contract_offsets_and_ports():
         "ck_mlp_stall_inc": ("in", 1),
         "coh_ctrl": ("out", 3), "coh_flip": ("out", 2), "coh_flip_first": ("out", 32),
         "coh_flip_pages": ("out", 32), "coh_flip_status": ("in", 3),
-        "coh_dcoh_err_set": ("in", 9), "coh_dcoh_err": ("out", 9),
+        "coh_dcoh_err_set": ("in", 11), "coh_dcoh_err": ("out", 11),
         "coh_dcoh_err_info": ("in", 32), "coh_dcoh_err_addr_lo": ("in", 32),
         "coh_dcoh_err_addr_hi": ("in", 14),
         "coh_cache_err_set": ("in", 7), "coh_cache_err": ("out", 7),

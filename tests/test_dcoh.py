@@ -3,13 +3,13 @@
 
 A :class:`TB` runs one simulator process that, each cycle, drives the access requests
 (random idle), the grant sink's ``ready`` (random backpressure, or paused), the dones
-(each granted access returns its handle after a random delay, or is held by the test),
-the forwards and H2D answers (GO-E, GO-Err) from :class:`tb.dcoh_host.DcohHost`
-(random idle; the host's own latency, jitter and reordering), the D2H Req ``ready`` (random backpressure), host checks (random
-idle) and their sink's ``ready`` (random backpressure), flip commands and error clears;
-then it samples every handshake. The scoreboard requires each grant to name an access
-waiting for one, with the error flag exactly for lines beyond device memory and for
-requests the host answered GO-Err (then also ``denied``);
+(each granted access returns its handle after a random delay, or is held by the test), the
+forwards and H2D answers (GO-E, GO-Err) from :class:`tb.dcoh_host.DcohHost` (random idle;
+the host's own latency, jitter and reordering), the D2H Req ``ready`` (random
+backpressure), host checks (random idle) and their sink's ``ready`` (random backpressure),
+flip commands and error clears; then it samples every handshake. The scoreboard requires
+each grant to name an access waiting for one, with the error flag exactly for lines beyond
+device memory and for requests the host answered GO-Err (then also ``denied``);
 :class:`tb.dcoh_host.BiasChecker` holds every grant, check answer and flip to the bias
 rules (no host-bias grant before its forward, no device-bias grant unless every line of
 the page was claimed since the host last touched it and the host caches none of them, no

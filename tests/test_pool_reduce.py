@@ -147,7 +147,7 @@ def random_desc(rng: np.random.Generator, *, dim: int, dtype, mode: PoolMode,
 class TB:
     """Amaranth-simulator bench for :class:`PoolReduce`.
 
-    Owns a source on ``i_lines`` (with ``i_ctrl`` set per descriptor; random idle cycles
+    Owns a source on ``i_lines`` (each line with its descriptor's ``ctrl``; random idle cycles
     when ``idle``), a sink on ``o_pooled`` (random backpressure when ``backpressure``),
     a passive stream-rule checker on ``o_pooled`` and the scoreboard (``sim.embedding.
     pool``). Widths and parameters come from the DUT.
@@ -192,8 +192,8 @@ class TB:
             for index, (ctrl, item) in enumerate(work):
                 while self.idle and self.rng.random() < 0.3:
                     await ctx.tick()
-                ctx.set(dut.i_ctrl.as_value(), ctrl)
                 ctx.set(dut.i_lines.payload.as_value(), item)
+                ctx.set(dut.i_lines.payload.ctrl.as_value(), ctrl)
                 ctx.set(dut.i_lines.valid, 1)
                 # (Plain awaits rather than ``until``: an async generator left suspended
                 # by a failing bench raises again when it is garbage-collected.)

@@ -24,7 +24,7 @@ from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
 from hw.engine.pool_reduce import CTRL, LINE
-from hw.engine.row_gather import ROW, UNDO, RowGather, ctrl_layout
+from hw.engine.row_gather import ROW, UNDO, RowGather, ctrl_layout, rows_layout
 from tb.pmem import LINE_BYTES, PmemModel, PmemTiming
 
 from .conftest import assert_lints_clean
@@ -43,6 +43,7 @@ class Desc:
     capture: int
     items: list[dict] = field(default_factory=list)
     pool: int = 0       # the pooling settings carried through to every line as ``ctrl``
+    update: int = 0     # carried through to every line as ``update``
 
     def ctrl(self) -> dict:
         return {"table_base": self.table_base, "lines_per_row": self.lines_per_row,
@@ -73,7 +74,8 @@ def random_desc(rng: random.Random, model: PmemModel, *, lines_per_row: int, tab
     model.write(table_base, rng.randbytes(rows * lines_per_row * LINE_BYTES))
     lengths = [rng.choice([0, rng.randint(1, 4), rng.randint(0, max_len)]) for _ in range(bags)]
     return Desc(table_base, lines_per_row, rng.getrandbits(32), rng.getrandbits(16),
-                rng.randrange(2), bag_items(rng, rows, lengths), rng.getrandbits(CTRL.size))
+                rng.randrange(2), bag_items(rng, rows, lengths), rng.getrandbits(CTRL.size),
+                rng.randrange(2))
 
 
 def expected(model: PmemModel, descs: list[Desc]) -> tuple[list[dict], list[dict]]:
@@ -83,6 +85,7 @@ def expected(model: PmemModel, descs: list[Desc]) -> tuple[list[dict], list[dict
         for it in d.items:
             meta = {f: it.get(f, 0) for f in ("row_k", "last_row", "weight", "count")}
             meta["ctrl"] = d.pool
+            meta["update"] = d.update
             if it.get("empty_bag"):
                 lines.append({"data": 0, "line": 0, "empty_bag": 1, **meta})
                 continue
@@ -138,6 +141,7 @@ class TB:
         self.rng = random.Random(seed)
         self.traffic = traffic
         self.ctrl_layout = ctrl_layout(dut.addr_width)
+        self.rows_layout = rows_layout(dut.addr_width)
 
     def run(self, descs: list[Desc], *, max_cycles: int = 100_000, drain: int = 30,
             reset_at: int | None = None, after_reset: list[Desc] = ()) -> Result:
@@ -147,8 +151,8 @@ class TB:
         dut, model, rng, tr = self.dut, self.model, self.rng, self.traffic
 
         def items(ds):
-            return deque((pack(self.ctrl_layout, d.ctrl()), pack(ROW, it))
-                         for d in ds for it in d.items)
+            return deque(pack(self.rows_layout, row=pack(ROW, it), gather=pack(
+                self.ctrl_layout, d.ctrl()), update=d.update) for d in ds for it in d.items)
 
         want = expected(model, descs if reset_at is None else after_reset)[0]
         queue = items(descs)
@@ -180,8 +184,7 @@ class TB:
                     cycle += 1
                 if cur is None and queue and not rng.random() < tr.idle:
                     cur = queue.popleft()
-                    ctx.set(dut.i_ctrl.as_value(), cur[0])
-                    ctx.set(dut.i_rows.payload.as_value(), cur[1])
+                    ctx.set(dut.i_rows.payload.as_value(), cur)
                 ctx.set(dut.i_rows.valid, cur is not None)
                 ctx.set(dut.o_lines.ready,
                         cycle >= tr.sink_pause and not rng.random() < tr.lines_bp)

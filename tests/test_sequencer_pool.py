@@ -9,11 +9,11 @@ random time after an UPDATE's good status it pulses ``i_update_done``. Checked: 
 and statuses of all descriptors come out in the order the descriptors went in, each as
 the golden models say (``sim.embedding`` through :mod:`tests.test_bag_sequencer`); every
 row carries its descriptor's settings (lines per row from ``sim.embedding``); no row of
-the descriptor after a good UPDATE passes before the UPDATE's writes are reported
-durable; ``update_start`` pulses once per UPDATE as its turn begins, with ``update``
-holding its settings, and ``route_update`` marks exactly the UPDATE's rows; with several
-sequencers, descriptors are taken while earlier ones still stream. Passive checkers
-hold ``o_rows``, ``o_status`` and the AXI channels to the stream rules. Random tests
+the descriptor after a good UPDATE passes before the UPDATE's writes are reported durable;
+``update_start`` pulses once per UPDATE as its turn begins, with ``update`` holding its
+settings, and each row's ``update`` flag marks exactly the UPDATE's rows; with several
+sequencers, descriptors are taken while earlier ones still stream. Passive checkers hold
+``o_rows``, ``o_status`` and the AXI channels to the stream rules. Random tests
 print their seed; ``SEED=<n>`` replays one.
 """
 
@@ -159,12 +159,11 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
             ctx.set(dut.o_status.ready, not rng.random() < bp)
             pulse = done_at is not None and port.cycle >= done_at
             ctx.set(dut.i_update_done, pulse)
-            (d_ready, r_valid, r_ready, r_p, s_valid, s_ready, s_p, start, upd, route
+            (d_ready, r_valid, r_ready, r_p, s_valid, s_ready, s_p, start, upd
              ) = await port.tick(
                 ctx, dut.i_desc.ready, dut.o_rows.valid, dut.o_rows.ready,
                 dut.o_rows.payload.as_value(), dut.o_status.valid, dut.o_status.ready,
-                dut.o_status.payload.as_value(), dut.update_start, dut.update.as_value(),
-                dut.route_update)
+                dut.o_status.payload.as_value(), dut.update_start, dut.update.as_value())
             cycle = port.cycle
             where = f"cycle {cycle}, seed {seed}"
             rules[0].observe(cycle, r_valid, r_ready, r_p)
@@ -184,7 +183,7 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                 row = nested(rows_l, r_p)
                 gather, _ = settings(f)
                 assert row["gather"] == gather, f"row settings ({where})"
-                assert row["update"] == route == (f["kind"] == DescKind.UPDATE.value), where
+                assert row["update"] == (f["kind"] == DescKind.UPDATE.value), where
                 if f["kind"] == DescKind.UPDATE.value:
                     assert started == out, f"UPDATE rows before update_start ({where})"
                 got.append(("row", row["row"]))

@@ -163,11 +163,8 @@ class Port:
 
     @property
     def init_value(self):
-        """``init`` as the port's member takes it (a field mapping for a layout)."""
-        if self.layout is None:
-            return self.init
-        return {name: self.init >> f.offset & ((1 << f.width) - 1)
-                for name, f in self.layout}
+        """``init`` as the port's member takes it (a constant of the layout, if any)."""
+        return self.init if self.layout is None else data.Const(self.layout, self.init)
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,13 @@ See :class:`CacheAgent` and ``docs/cxl-cache.md``.
 
 from __future__ import annotations
 
-from amaranth.hdl import C, Const, Module, Mux, Signal
+from amaranth.hdl import C, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..arith.fp32 import add, sub
-from ..widths import eq_const, zext
+from ..csr.error_log import ErrorLog
 from ..widths import is_pow2 as _is_pow2
 from ..widths import select_bit as _bit
 from .messages import (
@@ -22,14 +21,13 @@ from .messages import (
     D2HReq,
     D2HReqOpcode,
     D2HRsp,
-    D2HRspOpcode,
     GoState,
     H2DData,
     H2DReq,
-    H2DReqOpcode,
     H2DRsp,
     H2DRspOpcode,
 )
+from .snoop_responder import SnoopResponder
 
 __all__ = [
     "ERR_INFO",
@@ -64,7 +62,8 @@ WR_RSP = data.StructLayout({"tag": TAG_BITS, "error": 1})
 #: opcode (zero for H2D Data and for READ_ERROR / WRITE_ERROR); ``id`` the CQID named by
 #: the H2D Rsp / H2D Data or of the request that completed with an error, or the UQID of
 #: the snoop.
-ERR_INFO = data.StructLayout({"code": 3, "opcode": 5, "id": _ID_BITS})
+_ERR_DETAILS = data.StructLayout({"opcode": 5, "id": _ID_BITS})
+ERR_INFO = data.StructLayout({"code": 3, **_ERR_DETAILS.members})
 
 
 class CacheError:
@@ -277,8 +276,8 @@ class CacheAgent(wiring.Component):
         r_used = Signal(kr + 1)
         w_used = Signal(kw + 1)
         m.d.comb += [
-            r_used.eq(sub(r_tail, r_head, kr + 1)),
-            w_used.eq(sub(w_tail, w_head, kw + 1)),
+            r_used.eq(r_tail - r_head),
+            w_used.eq(w_tail - w_head),
             self.o_rd_inflight.eq(r_used),
             self.o_wr_inflight.eq(w_used),
         ]
@@ -296,15 +295,15 @@ class CacheAgent(wiring.Component):
             m.d.sync += s_rsp.eq(hr.payload)
         cq = s_rsp.cqid
         op = s_rsp.opcode
-        is_op = {o: eq_const(op, o.value) for o in H2DRspOpcode}
+        is_op = {o: (op == o.value) for o in H2DRspOpcode}
         state = s_rsp.rsp_data
         # The agent keeps no line: a write's GO may grant a clean state, silently dropped.
-        state_ok = (eq_const(state, GoState.I.value) | eq_const(state, GoState.S.value) |
-                    eq_const(state, GoState.E.value))
+        state_ok = ((state == GoState.I.value) | (state == GoState.S.value) |
+                    (state == GoState.E.value))
         rsp_rd_idx = cq[:kr]
         rsp_wr_idx = cq[:kw]
         rsp_is_rd = ~cq[kr:].any()
-        rsp_is_wr = eq_const(cq[kw:], n_rd >> kw)
+        rsp_is_wr = (cq[kw:] == n_rd >> kw)
 
         # RdCurr gets no H2D Rsp at all: every one naming a read in flight is unexpected.
         rd_hit = s_rv & rsp_is_rd & _bit(m, r_busy, rsp_rd_idx, "rsp_r_busy")
@@ -329,7 +328,7 @@ class CacheAgent(wiring.Component):
             err[CacheError.RSP_NOT_IN_FLIGHT].eq(s_rv & ~rd_hit & ~wr_hit),
             err[CacheError.RSP_UNEXPECTED].eq(rd_hit | (wr_hit & ~wr_ok)),
         ]
-        info[CacheError.RSP_NOT_IN_FLIGHT] = info[CacheError.RSP_UNEXPECTED] = (zext(op, 5), cq)
+        info[CacheError.RSP_NOT_IN_FLIGHT] = info[CacheError.RSP_UNEXPECTED] = (op, cq)
         with m.If(wr_ok):
             with m.If(has_go):
                 m.d.sync += w_go.bit_select(rsp_wr_idx, 1).eq(1)
@@ -388,13 +387,13 @@ class CacheAgent(wiring.Component):
             o_rd.p.error.eq(rd_error),
             err[CacheError.READ_ERROR].eq(r_deliver & head_err),
         ]
-        info[CacheError.READ_ERROR] = (C(0, 5), zext(r_slot, _ID_BITS))
+        info[CacheError.READ_ERROR] = (C(0, 5), r_slot)
         with m.If(r_advance):
             m.d.sync += o_rd.valid.eq(r_ready)
         with m.If(r_deliver):
             m.d.sync += [
                 rd_error.eq(head_err),
-                r_head.eq(add(r_head, 1, kr + 1)),
+                r_head.eq(r_head + 1),
                 r_busy.bit_select(r_slot, 1).eq(0),
             ]
 
@@ -437,13 +436,13 @@ class CacheAgent(wiring.Component):
             o_wr.p.error.eq(wr_error),
             err[CacheError.WRITE_ERROR].eq(w_done & whead_err),
         ]
-        info[CacheError.WRITE_ERROR] = (C(0, 5), Const(n_rd, _ID_BITS) | zext(w_slot, _ID_BITS))
+        info[CacheError.WRITE_ERROR] = (C(0, 5), Const(n_rd, _ID_BITS) | w_slot)
         with m.If(w_advance):
             m.d.sync += o_wr.valid.eq(w_ready)
         with m.If(w_done):
             m.d.sync += [
                 wr_error.eq(whead_err),
-                w_head.eq(add(w_head, 1, kw + 1)),
+                w_head.eq(w_head + 1),
                 w_busy.bit_select(w_slot, 1).eq(0),
             ]
 
@@ -482,9 +481,9 @@ class CacheAgent(wiring.Component):
                 prefer_wr.eq(1),
                 req.valid.eq(1),
                 req.p.opcode.eq(D2HReqOpcode.RdCurr.value),
-                req.p.cqid.eq(zext(r_new, _ID_BITS)),
+                req.p.cqid.eq(r_new),
                 req.p.address.eq(i_rd.p.address),
-                r_tail.eq(add(r_tail, 1, kr + 1)),
+                r_tail.eq(r_tail + 1),
                 r_busy.bit_select(r_new, 1).eq(1),
                 r_data.bit_select(r_new, 1).eq(0),
                 r_err.bit_select(r_new, 1).eq(0),
@@ -494,9 +493,9 @@ class CacheAgent(wiring.Component):
                 prefer_wr.eq(0),
                 req.valid.eq(1),
                 req.p.opcode.eq(D2HReqOpcode.ItoMWr.value),
-                req.p.cqid.eq(Const(n_rd, _ID_BITS) | zext(w_new, _ID_BITS)),
+                req.p.cqid.eq(Const(n_rd, _ID_BITS) | w_new),
                 req.p.address.eq(i_wr.p.address),
-                w_tail.eq(add(w_tail, 1, kw + 1)),
+                w_tail.eq(w_tail + 1),
                 w_busy.bit_select(w_new, 1).eq(1),
                 w_go.bit_select(w_new, 1).eq(0),
                 w_pull.bit_select(w_new, 1).eq(0),
@@ -507,45 +506,24 @@ class CacheAgent(wiring.Component):
             m.d.sync += req.valid.eq(0)
 
         # --- snoops: every H2D Req answered RspIHitI ---------------------------------------
-        snp, srsp = self.i_h2d_req, self.o_d2h_rsp
-        snp_take = Signal()
-        snp_ok = (eq_const(snp.p.opcode, H2DReqOpcode.SnpData.value) |
-                  eq_const(snp.p.opcode, H2DReqOpcode.SnpInv.value) |
-                  eq_const(snp.p.opcode, H2DReqOpcode.SnpCur.value))
-        m.d.comb += [
-            snp.ready.eq(~srsp.valid | srsp.ready),
-            snp_take.eq(snp.valid & snp.ready),
-            err[CacheError.SNOOP_RESERVED].eq(snp_take & ~snp_ok),
-        ]
-        info[CacheError.SNOOP_RESERVED] = (zext(snp.p.opcode, 5), snp.p.uqid)
-        with m.If(snp.ready):
-            m.d.sync += srsp.valid.eq(snp.valid)
-        with m.If(snp_take):
-            m.d.sync += [
-                srsp.p.opcode.eq(D2HRspOpcode.RspIHitI.value),
-                srsp.p.uqid.eq(snp.p.uqid),
-            ]
+        m.submodules.snoops = snoops = SnoopResponder()
+        wiring.connect(m, wiring.flipped(self.i_h2d_req), snoops.i_snoop)
+        wiring.connect(m, snoops.o_rsp, wiring.flipped(self.o_d2h_rsp))
+        m.d.comb += err[CacheError.SNOOP_RESERVED].eq(snoops.o_reserved)
+        info[CacheError.SNOOP_RESERVED] = (self.i_h2d_req.p.opcode, self.i_h2d_req.p.uqid)
 
         # --- errors ------------------------------------------------------------------------
-        # The lowest kind raised this cycle names the error recorded as the first one.
-        now = Signal(ERR_INFO)
-        pick_code, pick_op, pick_id = C(0, 3), C(0, 5), C(0, _ID_BITS)
-        for kind in reversed(range(CacheError.COUNT)):
+        m.submodules.errors = log = ErrorLog(kinds=CacheError.COUNT, info=_ERR_DETAILS)
+        for kind in range(CacheError.COUNT):
             opcode, ident = info[kind]
-            pick_code = Mux(err[kind], C(kind, 3), pick_code)
-            pick_op = Mux(err[kind], opcode, pick_op)
-            pick_id = Mux(err[kind], ident, pick_id)
-        m.d.comb += [now.code.eq(pick_code), now.opcode.eq(pick_op), now.id.eq(pick_id)]
-        kept = Signal(CacheError.COUNT)
-        m.d.comb += kept.eq(self.o_err_status & ~self.i_err_clear)
-        m.d.sync += [
-            self.o_err_set.eq(err),
-            self.o_err_status.eq(kept | err),
+            m.d.comb += [log.i_info[kind].opcode.eq(opcode), log.i_info[kind].id.eq(ident)]
+        m.d.comb += [
+            log.i_raise.eq(err), log.i_clear.eq(self.i_err_clear),
+            self.o_err_set.eq(log.o_set), self.o_err_status.eq(log.o_status),
+            self.o_err_first.eq(log.o_first),
         ]
-        with m.If(~kept.any() & err.any()):
-            m.d.sync += self.o_err_first.eq(now)
 
         m.d.comb += self.o_busy.eq(r_used.any() | w_used.any() | s_rv | s_dv | o_rd.valid |
-                                   o_wr.valid | req.valid | dd.valid | srsp.valid |
+                                   o_wr.valid | req.valid | dd.valid | snoops.o_busy |
                                    pulls.r_rdy)
         return m

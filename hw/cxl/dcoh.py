@@ -12,12 +12,16 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..csr.error_log import ErrorLog
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
 from ..widths import lowest_set, lt_const, named, onehot
 from ..widths import select_bit as _bit
+from .bias_flip import FLIP_STATUS, BiasFlip, flip_layout
 from .cache_agent import TAG_BITS
-from .messages import D2HReq, D2HReqOpcode, GoState, H2DData, H2DRsp, H2DRspOpcode, M2SReq, M2SReqOpcode
+from .dcoh_answers import ANSWER_INFO, DcohAnswers
+from .host_check import HostCheck
+from .messages import D2HReq, D2HReqOpcode, H2DData, H2DRsp, M2SReq
 
 __all__ = [
     "ACC_REQ",
@@ -52,7 +56,7 @@ CHK_RSP = data.StructLayout({"flipped": 1, "error": 1})
 #: ``id`` the forward's Tag, the H2D message's CQID, the access's tag or the handle of a
 #: done (zero for the check and flip kinds); ``address`` the forward's or the request's
 #: line address, the page number for the flip kinds, zero for the H2D kinds.
-ERR_INFO = data.StructLayout({"code": 4, "opcode": 4, "id": 16, "address": LINE_BITS})
+ERR_INFO = data.StructLayout({"code": 4, **ANSWER_INFO.members})
 
 
 class DcohError:
@@ -87,10 +91,6 @@ _INFO = data.StructLayout({"host_line": LINE_BITS, "tag": TAG_BITS, "claim": 1,
                            "host_bias": 1, "error": 1})
 
 
-# Phases of the host check and of the flip command.
-_K_DECIDE, _K_WRITE, _K_SNAP, _K_WAIT = range(4)
-(_F_IDLE, _F_READ, _F_DECIDE, _F_CLAIM, _F_COMMIT, _F_BWRITE, _F_BSNAP, _F_BWAIT,
- _F_NEXT) = range(9)
 
 
 class Dcoh(wiring.Component):
@@ -103,27 +103,28 @@ class Dcoh(wiring.Component):
     (one each for the access gate, the host check and the flip command) and one write
     port. A memory's contents survive a reset, so after reset the DCOH writes host bias
     into every page, one per cycle (``max(pages, 2)`` cycles), while ``i_acc`` and
-    ``i_host_chk`` are not ready and flip starts are ignored (FLIP_BUSY): every page is
-    in host bias after reset.
+    ``i_host_chk`` are not ready and flip starts are ignored (FLIP_BUSY): every page is in
+    host bias after reset.
 
     **Access gate.** A device block asks on ``i_acc`` before it reads or writes a line of
-    device memory (device line address, write flag, tag), and gets a grant on
-    ``o_grant`` with its tag and a ``handle``. The handle is an entry of a pool of
-    ``cqids`` entries, which are also the DCOH's CQIDs ``cqid_base .. cqid_base +
-    cqids - 1``. A page in device bias is granted at once (``host_bias = 0``). For a page
-    in host bias the DCOH sends a D2H Req for the line's host address (``hdm_base +
-    line``) with the entry's CQID: ``read_opcode`` (RdCurr or RdShared) for a read, RdOwn
-    for a write; the grant (``host_bias = 1``) follows the M2S MemRdFwd whose Tag is that
-    CQID and whose address is that line (CXL 1.1 Table 17 and CXL 3.1 Table 3-24 answer
-    every one of these requests with MemRdFwd; MemWrFwd answers only the weakly ordered
-    writes, which the DCOH does not send). No completion goes back to the host. Once the user's memory access has finished (AXI R
-    or B), it returns the handle on ``i_done``; the entry is free again. A line beyond
-    device memory is granted at once with ``error`` set (its handle needs no done; the
-    entry is free once the grant has left) and flagged ACC_RANGE. Every access takes an
-    entry at its decision, so no decision waits for the grant output: entries that are
-    permitted wait for a round-robin pick into the ``o_grant`` register. Grants therefore
-    leave **out of order** (device-bias grants do not wait behind host-bias ones); the
-    user matches them by tag. No entry waits longer than ``cqids`` picks.
+    device memory (device line address, write flag, tag), and gets a grant on ``o_grant``
+    with its tag and a ``handle``. The handle is an entry of a pool of ``cqids`` entries,
+    which are also the DCOH's CQIDs ``cqid_base .. cqid_base + cqids - 1``. A page in
+    device bias is granted at once (``host_bias = 0``). For a page in host bias the DCOH
+    sends a D2H Req for the line's host address (``hdm_base + line``) with the entry's
+    CQID: ``read_opcode`` (RdCurr or RdShared) for a read, RdOwn for a write; the grant
+    (``host_bias = 1``) follows the M2S MemRdFwd whose Tag is that CQID and whose address
+    is that line (CXL 1.1 Table 17 and CXL 3.1 Table 3-24 answer every one of these
+    requests with MemRdFwd; MemWrFwd answers only the weakly ordered writes, which the
+    DCOH does not send). No completion goes back to the host. Once the user's memory
+    access has finished (AXI R or B), it returns the handle on ``i_done``; the entry is
+    free again. A line beyond device memory is granted at once with ``error`` set (its
+    handle needs no done; the entry is free once the grant has left) and flagged
+    ACC_RANGE. Every access takes an entry at its decision, so no decision waits for the
+    grant output: entries that are permitted wait for a round-robin pick into the
+    ``o_grant`` register. Grants therefore leave **out of order** (device-bias grants do
+    not wait behind host-bias ones); the user matches them by tag. No entry waits longer
+    than ``cqids`` picks.
 
     **Forwards** (``i_fwd``, the M2S Req messages the endpoint routes here) are always
     accepted. A forward whose Tag names no entry waiting for a forward, whose opcode is
@@ -255,9 +256,9 @@ class Dcoh(wiring.Component):
         ``busy``, ``done``, ``error``.
     o_err_set : ``Out(DcohError.COUNT)``
         One-cycle pulse per error kind, registered: two cycles after a bad forward's, a
-        GO-Err's or an unexpected H2D message's handshake, one cycle after a bad done's or flip start's handshake or an error
-        grant's transfer, with the error answer of a check becoming valid, one cycle
-        after a contended page is given up.
+        GO-Err's or an unexpected H2D message's handshake, one cycle after a bad done's
+        or flip start's handshake or an error grant's transfer, with the error answer of
+        a check becoming valid, one cycle after a contended page is given up.
     o_err_status : ``Out(DcohError.COUNT)``
         Sticky ``o_err_set``; bits written in ``i_err_clear`` clear, a new error wins
         over a clear in the same cycle.
@@ -278,7 +279,7 @@ class Dcoh(wiring.Component):
     """
 
     #: ``o_flip`` layout.
-    FLIP_STATUS = data.StructLayout({"busy": 1, "done": 1, "error": 1})
+    FLIP_STATUS = FLIP_STATUS
 
     def __init__(self, *, pages: int = 256, page_bytes: int = 4096, cqids: int = 64,
                  cqid_base: int = 0, read_opcode: D2HReqOpcode = D2HReqOpcode.RdCurr):
@@ -301,10 +302,8 @@ class Dcoh(wiring.Component):
         self._cqids = cqids
         self._cqid_base = cqid_base
         self._read_opcode = read_opcode
-        page_bits = max(1, (pages - 1).bit_length())
         self._grant_layout = grant_layout(cqids.bit_length() - 1)
-        self._flip_layout = data.StructLayout({
-            "first_page": page_bits, "pages": pages.bit_length(), "to_host": 1})
+        self._flip_layout = flip_layout(pages)
         super().__init__({
             "i_acc": In(stream.Signature(ACC_REQ)),
             "o_grant": Out(stream.Signature(self._grant_layout)),
@@ -371,17 +370,28 @@ class Dcoh(wiring.Component):
         pb = self._flip_layout["first_page"].width     # page number bits
         depth = max(self._pages, 2)     # a depth-1 memory would have a zero-width address
         total_lines = self._pages << shift
-        err = Signal(DcohError.COUNT)   # this cycle's errors (registered onto o_err_set)
-        # One signal per kind, joined into ``err`` by one assignment: a bit assigned on
-        # its own becomes a one-line ``always @*`` in the Verilog, which Icarus runs only
-        # once its inputs change, so a kind never raised stayed X there.
-        names = {v: k.lower() for k, v in vars(DcohError).items() if k.isupper() and k != "COUNT"}
-        err_kind = [Signal(name=f"err_{names[k]}") for k in range(DcohError.COUNT)]
-        m.d.comb += err.eq(Cat(*err_kind))
-        info = {}                       # kind -> (opcode, id, address) of this cycle's error
 
         def page_of(line):
             return line[shift:shift + pb]
+
+        # --- the parts: answers from the host, host checks, flip command, error log -------
+        m.submodules.answers = ans = DcohAnswers(cqids=n, cqid_base=self._cqid_base)
+        m.submodules.check = chk = HostCheck(
+            total_lines=total_lines, lines_per_page=self.lines_per_page, page_bits=pb,
+            entries=n, chk_layout=CHK_RSP, line_bits=LINE_BITS)
+        m.submodules.flip = flip = BiasFlip(pages=self._pages,
+                                            lines_per_page=self.lines_per_page, entries=n)
+        m.submodules.errors = log = ErrorLog(kinds=DcohError.COUNT, info=ANSWER_INFO)
+        for port in ("i_fwd", "i_h2d_rsp", "i_h2d_data"):
+            wiring.connect(m, wiring.flipped(getattr(self, port)), getattr(ans, port))
+        wiring.connect(m, wiring.flipped(self.i_host_chk), chk.i_chk)
+        wiring.connect(m, chk.o_chk, wiring.flipped(self.o_host_chk))
+        m.d.comb += [
+            flip.i_start.eq(self.i_flip_start), flip.i_cmd.eq(self.i_flip),
+            self.o_flip.eq(flip.o_status),
+            log.i_clear.eq(self.i_err_clear), self.o_err_set.eq(log.o_set),
+            self.o_err_status.eq(log.o_status), self.o_err_first.eq(log.o_first),
+        ]
 
         # --- bias table ------------------------------------------------------------------
         m.submodules.bias = bias = Memory(shape=1, depth=depth, init=[])
@@ -393,10 +403,28 @@ class Dcoh(wiring.Component):
         bias_flip = bias.read_port(transparent_for=(bias_wr,))
         clearing = Signal(init=1)       # reset sweep: write host bias everywhere
         clr_addr = Signal(range(depth))
+        m.d.comb += [
+            bias_chk.addr.eq(chk.o_bias_addr), bias_chk.en.eq(chk.o_bias_en),
+            chk.i_bias_dev.eq(bias_chk.data[0]), chk.i_sweeping.eq(clearing),
+            bias_flip.addr.eq(flip.o_page), flip.i_bias_dev.eq(bias_flip.data[0]),
+            flip.i_sweeping.eq(clearing),
+        ]
+        # Writes: the reset sweep, then the check, then the flip.
+        with m.If(clearing):
+            m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(clr_addr), bias_wr.data.eq(0)]
+            m.d.sync += clr_addr.eq(clr_addr + 1)
+            with m.If(clr_addr == depth - 1):
+                m.d.sync += clearing.eq(0)
+        with m.Elif(chk.o_wr_req):
+            m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(chk.o_page), bias_wr.data.eq(0),
+                         chk.i_wr_go.eq(1)]
+        with m.Elif(flip.o_wr_req):
+            m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(flip.o_page),
+                         bias_wr.data.eq(flip.o_wr_val), flip.i_wr_go.eq(1)]
 
         # --- entries: CQIDs and grant handles ---------------------------------------------
         s_wait = Signal(n)      # access sent to the host, waiting for its forward
-        s_claim = Signal(n)     # RdOwnNoData of a flip, waiting for its MemRdFwd
+        s_claim = Signal(n)     # RdOwnNoData of a flip, waiting for its answer
         s_ready = Signal(n)     # permitted, grant waiting to be picked
         s_out = Signal(n)       # permitted, grant in the output register
         s_granted = Signal(n)   # grant delivered, done expected
@@ -422,6 +450,8 @@ class Dcoh(wiring.Component):
         m.d.comb += [
             free.eq(~(s_wait | s_claim | s_ready | s_out | s_granted | s_errg | s_eout)),
             tracked.eq(s_ready | s_out | s_granted),
+            ans.i_wait.eq(s_wait), ans.i_claim.eq(s_claim), ans.i_write.eq(e_write),
+            info_f.addr.eq(ans.o_info_addr), ans.i_info_line.eq(info_f.data.host_line),
         ]
         have_free = Signal()
         alloc_idx = Signal(k)           # the lowest free entry
@@ -436,29 +466,10 @@ class Dcoh(wiring.Component):
 
         # Per-cycle state changes, applied together at the end.
         set_wait, set_claim, set_ready, set_errg = Signal(n), Signal(n), Signal(n), Signal(n)
-        clr_wait, clr_claim, clr_granted = Signal(n), Signal(n), Signal(n)
-        fwd_clr_wait, fwd_clr_claim = Signal(n), Signal(n)     # the forwards' part
-        set_denied = Signal(n)  # GO-Err: the waiting access goes to an error grant
+        clr_granted = Signal(n)
         picked_ok, picked_err = Signal(n), Signal(n)        # entries picked for o_grant
         delivered_ok, delivered_err = Signal(n), Signal(n)  # grants transferred
-
-        # --- flip command state (declared early: the check and the gate look at it) ------
-        flip = self.i_flip
-        fst = self.o_flip
-        f_phase = Signal(range(9))
-        f_cur = Signal(pb)
-        f_end = Signal(pb + 2)
-        f_to_host = Signal()
-        f_line = Signal(shift + 1)      # lines of the page claimed so far
-        f_out = Signal(range(n + 1))    # claims waiting for their MemRdFwd
-        f_spoil = Signal()              # the host touched the page during its claims
-        f_denied = Signal()             # the host refused a claim of the page (GO-Err)
-        f_err = Signal()
-        f_pending = Signal(n)
-        f_wr_req = Signal()
-        f_wr_val = Signal()
-        f_wr_go = Signal()
-        f_claiming = named(m, (f_phase == _F_CLAIM) | (f_phase == _F_COMMIT), "f_claiming")
+        clr_wait = named(m, ans.o_permitted | ans.o_denied, "clr_wait")
 
         # --- stage B: the access's bias decision --------------------------------------------
         acc = self.i_acc
@@ -490,15 +501,15 @@ class Dcoh(wiring.Component):
         m.d.comb += b_res.eq(b_valid & have_free & (~b_host_acc | req_free))
 
         # Claims of the flip compete with stage B for the allocator and the D2H register.
-        c_want = Signal()
         c_res = Signal()
         c_go = Signal()
-        m.d.comb += c_res.eq(c_want & have_free & req_free)
+        m.d.comb += c_res.eq(flip.o_claim_want & have_free & req_free)
 
         prefer_claim = Signal()         # round robin between accesses and claims
         m.d.comb += [
             b_go.eq(b_res & ~(c_res & prefer_claim)),
             c_go.eq(c_res & ~b_go),
+            flip.i_claim_go.eq(c_go),
         ]
         alloc_any = named(m, b_go | c_go, "alloc_any")
         with m.If(c_go):
@@ -507,7 +518,7 @@ class Dcoh(wiring.Component):
             m.d.sync += prefer_claim.eq(1)
 
         # Allocation (one per cycle) and the D2H Req register.
-        c_dev_line = Cat(f_line[:shift], f_cur)     # the line being claimed
+        c_dev_line = flip.o_claim_line              # the line being claimed
         b_host_line = Signal(LINE_BITS)
         c_host_line = Signal(LINE_BITS)
         cqid = Const(self._cqid_base, _CQID_BITS) | alloc_idx
@@ -525,13 +536,12 @@ class Dcoh(wiring.Component):
             info_wr.data.error.eq(b_err_acc & ~c_go),
             set_wait.eq(Mux(b_go & b_host_acc, alloc_oh, 0)),
             set_claim.eq(Mux(c_go, alloc_oh, 0)),
-            set_errg.eq(Mux(b_go & b_err_acc, alloc_oh, 0) | set_denied),
+            set_errg.eq(Mux(b_go & b_err_acc, alloc_oh, 0) | ans.o_denied),
         ]
-        new_page = named(m, Mux(c_go, f_cur, b_page), "new_page")
+        new_page = named(m, Mux(c_go, flip.o_page, b_page), "new_page")
         for i, e in enumerate(e_page):
             with m.If(alloc_any & alloc_oh[i]):
-                m.d.sync += e.eq(new_page)
-                m.d.sync += e_write[i].eq(b.write & ~c_go)
+                m.d.sync += [e.eq(new_page), e_write[i].eq(b.write & ~c_go)]
                 if shift:
                     m.d.sync += e_lo[i].eq(b.line[:shift])
         rd_op = self._read_opcode.value
@@ -552,99 +562,8 @@ class Dcoh(wiring.Component):
         with m.Elif(req.ready):
             m.d.sync += req.valid.eq(0)
 
-        # --- forwards: registered (F1), then checked against the entry they name ----------
-        fwd = self.i_fwd
-        f1_valid = Signal()
-        f1_op = Signal(4)
-        f1_tag = Signal(16)
-        f1_line = Signal(LINE_BITS)
-        m.d.comb += [fwd.ready.eq(1), info_f.addr.eq(fwd.p.tag[:k])]
-        m.d.sync += f1_valid.eq(fwd.valid)
-        with m.If(fwd.valid):
-            m.d.sync += [f1_op.eq(fwd.p.opcode), f1_tag.eq(fwd.p.tag),
-                         f1_line.eq(fwd.p.address[1:])]
-        f_idx = f1_tag[:k]
-        f_oh = onehot(m, f_idx, n, "fwd_oh")
-        fi = info_f.data
-        f_ours = f1_tag[k:] == self._cqid_base >> k
-        f_is_wait = _bit(m, s_wait, f_idx, "fwd_wait")
-        f_is_claim = _bit(m, s_claim, f_idx, "fwd_claim")
-        f_inflight = Signal()
-        f_op_ok = Signal()
-        f_good = Signal()
-        m.d.comb += [
-            f_inflight.eq(f1_valid & f_ours & (f_is_wait | f_is_claim)),
-            # Every request the DCOH sends (RdCurr, RdShared, RdOwn, RdOwnNoData) is
-            # answered MemRdFwd (CXL 1.1 Table 17, CXL 3.1 Table 3-24); MemWrFwd answers
-            # only WOWrInv / WOWrInvF, which the DCOH never sends.
-            f_op_ok.eq(f1_op == M2SReqOpcode.MemRdFwd.value),
-            f_good.eq(f_inflight & f_op_ok & (f1_line == fi.host_line)),
-            err_kind[DcohError.FWD_NOT_IN_FLIGHT].eq(f1_valid & ~f_inflight),
-            err_kind[DcohError.FWD_OPCODE].eq(f_inflight & ~f_op_ok),
-            err_kind[DcohError.FWD_ADDRESS].eq(f_inflight & f_op_ok & (f1_line != fi.host_line)),
-            fwd_clr_wait.eq(Mux(f_good & f_is_wait, f_oh, 0)),
-            fwd_clr_claim.eq(Mux(f_good & f_is_claim, f_oh, 0)),
-        ]
-        fwd_info = (f1_op, f1_tag, f1_line)
-        for kind in (DcohError.FWD_NOT_IN_FLIGHT, DcohError.FWD_OPCODE,
-                     DcohError.FWD_ADDRESS):
-            info[kind] = fwd_info
-        f_claim_back = f_good & f_is_claim
-
-        # --- H2D Rsp / Data naming the pool's CQIDs: GO-E of a claim, GO-Err, strays ---
-        # Registered (R1, D1) like the forwards, then checked against the entry they
-        # name. An entry completes once: in one cycle a forward goes before an H2D Rsp,
-        # and an H2D Rsp before an H2D Data for the same entry.
-        h_rsp, h_data = self.i_h2d_rsp, self.i_h2d_data
-        r1_valid, r1_op, r1_state = Signal(), Signal(4), Signal(12)
-        r1_cqid = Signal(_CQID_BITS)
-        d1_valid, d1_go_err, d1_cqid = Signal(), Signal(), Signal(_CQID_BITS)
-        m.d.comb += [h_rsp.ready.eq(1), h_data.ready.eq(1)]
-        m.d.sync += [r1_valid.eq(h_rsp.valid), d1_valid.eq(h_data.valid)]
-        with m.If(h_rsp.valid):
-            m.d.sync += [r1_op.eq(h_rsp.p.opcode), r1_state.eq(h_rsp.p.rsp_data),
-                         r1_cqid.eq(h_rsp.p.cqid)]
-        with m.If(h_data.valid):
-            m.d.sync += [d1_go_err.eq(h_data.p.go_err), d1_cqid.eq(h_data.p.cqid)]
-        wait_left = named(m, s_wait & ~fwd_clr_wait, "h2d_wait_left")
-        claim_left = named(m, s_claim & ~fwd_clr_claim, "h2d_claim_left")
-        r_idx, d_idx = r1_cqid[:k], d1_cqid[:k]
-        r_oh, d_oh = onehot(m, r_idx, n, "rsp_oh"), onehot(m, d_idx, n, "data_oh")
-        r_ours = r1_cqid[k:] == self._cqid_base >> k
-        d_ours = d1_cqid[k:] == self._cqid_base >> k
-        r_wait = named(m, r1_valid & r_ours & _bit(m, wait_left, r_idx, "rsp_wait"), "r_wait")
-        r_claim = named(m, r1_valid & r_ours & _bit(m, claim_left, r_idx, "rsp_claim"),
-                        "r_claim")
-        r_go = r1_op == H2DRspOpcode.GO.value
-        r_go_err = named(m, r_go & (r1_state == GoState.Error.value), "r_go_err")
-        r_go_e = named(m, r_go & (r1_state == GoState.E.value), "r_go_e")
-        r_fail = named(m, r_go_err & (r_wait | r_claim), "r_fail")     # GO-Err
-        r_claimed = named(m, r_go_e & r_claim, "r_claimed")              # GO-E
-        r_stray = named(m, r1_valid & ~r_fail & ~r_claimed, "r_stray")
-        # Only a read (RdCurr / RdShared) may be answered by H2D Data, and only with GO-Err.
-        d_reads = named(m, wait_left & ~e_write & ~Mux(r_fail, r_oh, 0), "h2d_data_reads")
-        d_read = named(m, d1_valid & d_ours & _bit(m, d_reads, d_idx, "data_read"), "d_read")
-        d_fail = named(m, d_read & d1_go_err, "d_fail")
-        d_stray = named(m, d1_valid & ~d_fail, "d_stray")
-        r_claim_back = named(m, r_claim & (r_fail | r_claimed), "r_claim_back")
-        m.d.comb += [
-            set_denied.eq(Mux(r_fail & r_wait, r_oh, 0) | Mux(d_fail, d_oh, 0)),
-            clr_wait.eq(fwd_clr_wait | set_denied),
-            clr_claim.eq(fwd_clr_claim | Mux(r_claim_back, r_oh, 0)),
-            err_kind[DcohError.HOST_ERROR].eq(r_fail | d_fail),
-            err_kind[DcohError.RSP_UNEXPECTED].eq(r_stray | d_stray),
-        ]
-        with m.If(r_fail & r_claim):
-            m.d.sync += f_denied.eq(1)
-        # The error record: the H2D Rsp opcode (0 for H2D Data) and the CQID.
-        info[DcohError.HOST_ERROR] = (Mux(r_fail, r1_op, 0), Mux(r_fail, r1_cqid, d1_cqid),
-                                      C(0, LINE_BITS))
-        info[DcohError.RSP_UNEXPECTED] = (Mux(r_stray, r1_op, 0),
-                                          Mux(r_stray, r1_cqid, d1_cqid), C(0, LINE_BITS))
-
         # --- grants: a round-robin pick among the entries waiting, into o_grant ---------
-        m.d.comb += set_ready.eq(Mux(b_go & b_dev_acc, alloc_oh, 0) |
-                                 Mux(f_good & f_is_wait, f_oh, 0))
+        m.d.comb += set_ready.eq(Mux(b_go & b_dev_acc, alloc_oh, 0) | ans.o_permitted)
         cand = named(m, s_ready | s_errg, "cand")
         g_ptr = Signal(k)               # the entry after the last one picked
         g_idx = Signal(k)               # the entry whose grant is in o_grant
@@ -655,7 +574,7 @@ class Dcoh(wiring.Component):
         pick_idx = pick_wide[:k]
         pick_oh = onehot(m, pick_idx, n, "pick_oh")
         g_load = ~ogr.valid | ogr.ready
-        g_denied = Signal()
+        g_denied = named(m, _bit(m, e_denied, g_idx, "grant_den"), "grant_denied")
         pick = g_load & pick_any
         m.d.comb += [
             info_g.addr.eq(pick_idx),
@@ -674,14 +593,11 @@ class Dcoh(wiring.Component):
         with m.If(pick):
             m.d.sync += [g_idx.eq(pick_idx), g_ptr.eq(pick_idx + 1)]
         g_oh = onehot(m, g_idx, n, "grant_oh")
-        m.d.comb += g_denied.eq(_bit(m, e_denied, g_idx, "grant_denied"))
         g_hs = ogr.valid & ogr.ready
         m.d.comb += [
             delivered_ok.eq(Mux(g_hs, g_oh & s_out, 0)),
             delivered_err.eq(Mux(g_hs, g_oh & s_eout, 0)),
-            err_kind[DcohError.ACC_RANGE].eq(delivered_err.any() & ~g_denied),
         ]
-        info[DcohError.ACC_RANGE] = (C(0, 4), ogr.p.tag, info_g.data.host_line)
 
         # --- dones --------------------------------------------------------------------------
         dn = self.i_done
@@ -691,15 +607,13 @@ class Dcoh(wiring.Component):
             dn.ready.eq(1),
             d_hit.eq(dn.valid & _bit(m, s_granted, dn.payload, "done_granted")),
             clr_granted.eq(Mux(d_hit, d_oh, 0)),
-            err_kind[DcohError.DONE_UNEXPECTED].eq(dn.valid & ~d_hit),
         ]
-        info[DcohError.DONE_UNEXPECTED] = (C(0, 4), dn.payload, C(0, LINE_BITS))
 
         m.d.sync += [
             s_wait.eq((s_wait & ~clr_wait) | set_wait),
-            e_fwd.eq((e_fwd & ~Mux(alloc_any, alloc_oh, 0)) | fwd_clr_wait),
-            e_denied.eq((e_denied & ~Mux(alloc_any, alloc_oh, 0)) | set_denied),
-            s_claim.eq((s_claim & ~clr_claim) | set_claim),
+            e_fwd.eq((e_fwd & ~Mux(alloc_any, alloc_oh, 0)) | ans.o_permitted),
+            e_denied.eq((e_denied & ~Mux(alloc_any, alloc_oh, 0)) | ans.o_denied),
+            s_claim.eq((s_claim & ~ans.o_claims_done) | set_claim),
             s_ready.eq((s_ready & ~picked_ok) | set_ready),
             s_out.eq((s_out & ~delivered_ok) | picked_ok),
             s_granted.eq((s_granted & ~clr_granted) | delivered_ok),
@@ -708,182 +622,62 @@ class Dcoh(wiring.Component):
         ]
         used = self.o_inflight
         freed = Signal(3)
-        m.d.comb += freed.eq(f_claim_back + r_claim_back + d_hit + delivered_err.any())
+        m.d.comb += freed.eq(ans.o_claims_back + d_hit + delivered_err.any())
         m.d.sync += used.eq(used + alloc_any - freed)
 
-        # --- host check ---------------------------------------------------------------------
-        chk = self.i_host_chk
-        och = self.o_host_chk
-        k_valid = Signal()
-        k_line = Signal(LINE_BITS)
-        k_phase = Signal(2)
-        k_flipped = Signal()
-        k_pending = Signal(n)
-        k_done = Signal()
-        k_wr_req = Signal()
-        k_wr_go = Signal()
-        k_page = page_of(k_line)
-        k_in = named(m, k_line < total_lines, "k_in")
-        # Without this cycle's done: its entry leaves ``tracked`` only at the next edge.
-        # A host-bias access (permitted by its forward) holds the check only for its own
-        # line: the host ordered it with its forward, and waiting for it on other lines
-        # would deadlock a user that holds a granted line until another line of the
-        # same page is granted after a write-back the check is holding.
-        k_lo = k_line[:shift] if shift else C(0, 1)
+        # --- what the check and the flip wait for -------------------------------------------
+        # A check waits for the accesses to its page permitted before it (without this
+        # cycle's done: its entry leaves ``tracked`` only at the next edge), where an
+        # access permitted by its forward (host bias) counts only for its own line: the
+        # host ordered it with its forward, and waiting for it on other lines would
+        # deadlock a user that holds a granted line until another line of the same page
+        # is granted after a write-back the check is holding.
+        k_lo = chk.o_line[:shift] if shift else C(0, 1)
         same_line = Cat(*(lo == k_lo for lo in e_lo)) if shift else C((1 << n) - 1, n)
-        k_snap = named(m, page_match(k_page, "chk_match") & tracked & ~clr_granted
-                       & (~e_fwd | same_line), "k_snap")
-        och_free = ~och.valid | och.ready
-        # A check of the page a flip is claiming spoils that page's flip.
-        k_on_flip = Signal()
         m.d.comb += [
-            k_on_flip.eq(k_valid & k_in & f_claiming & (k_page == f_cur)),
-            chk.ready.eq(~clearing & (~k_valid | k_done)),
-            bias_chk.addr.eq(page_of(chk.payload)),
-            bias_chk.en.eq(chk.ready),
+            chk.i_snap.eq(page_match(chk.o_page, "chk_match") & tracked & ~clr_granted
+                          & (~e_fwd | same_line)),
+            chk.i_cleared.eq(clr_granted),
+            flip.i_page_tracked.eq(page_match(flip.o_page, "flip_match") & tracked
+                                   & ~clr_granted),
+            flip.i_cleared.eq(clr_granted),
+            flip.i_claims_back.eq(ans.o_claims_back),
+            flip.i_claim_denied.eq(ans.o_claim_denied),
+            # A check of the page a flip is claiming spoils that page's flip.
+            flip.i_touch.eq(chk.o_active & flip.o_claiming & (chk.o_page == flip.o_page)),
         ]
 
-        def snap_or_answer():
-            with m.If(~k_snap.any() & och_free):
-                m.d.comb += k_done.eq(1)
-            with m.Else():
-                m.d.sync += [k_pending.eq(k_snap), k_phase.eq(_K_WAIT)]
+        # --- errors ---------------------------------------------------------------------------
+        # One signal per kind, joined by one assignment: a bit assigned on its own becomes
+        # a one-line ``always @*`` in the Verilog, which Icarus runs only once its inputs
+        # change, so a kind never raised stayed X there.
+        raised = {
+            DcohError.FWD_NOT_IN_FLIGHT: (ans.o_err.fwd_not_in_flight, ans.o_fwd_info),
+            DcohError.FWD_OPCODE: (ans.o_err.fwd_opcode, ans.o_fwd_info),
+            DcohError.FWD_ADDRESS: (ans.o_err.fwd_address, ans.o_fwd_info),
+            DcohError.ACC_RANGE: (delivered_err.any() & ~g_denied,
+                                  (0, ogr.p.tag, info_g.data.host_line)),
+            DcohError.DONE_UNEXPECTED: (dn.valid & ~d_hit, (0, dn.payload, 0)),
+            DcohError.CHK_RANGE: (chk.o_err_range, (0, 0, chk.o_line)),
+            DcohError.FLIP_RANGE: (flip.o_err_range, (0, 0, self.i_flip.first_page)),
+            DcohError.FLIP_BUSY: (flip.o_err_busy, (0, 0, self.i_flip.first_page)),
+            DcohError.FLIP_CONTENDED: (flip.o_err_contended, (0, 0, flip.o_page)),
+            DcohError.HOST_ERROR: (ans.o_err.host_error, ans.o_host_error_info),
+            DcohError.RSP_UNEXPECTED: (ans.o_err.rsp_unexpected, ans.o_unexpected_info),
+        }
+        names = {v: k.lower() for k, v in vars(DcohError).items() if k.isupper() and k != "COUNT"}
+        kinds = []
+        for kind in range(DcohError.COUNT):
+            flag, details = raised[kind]
+            kinds.append(named(m, flag, f"err_{names[kind]}"))
+            slot = log.i_info[kind]
+            if isinstance(details, tuple):
+                m.d.comb += [slot.opcode.eq(details[0]), slot.id.eq(details[1]),
+                             slot.address.eq(details[2])]
+            else:
+                m.d.comb += slot.eq(details)
+        m.d.comb += log.i_raise.eq(Cat(*kinds))
 
-        with m.If(k_valid), m.Switch(k_phase):
-            with m.Case(_K_DECIDE):
-                with m.If(~k_in):
-                    m.d.comb += k_done.eq(och_free)
-                with m.Elif(bias_chk.data[0]):
-                    m.d.comb += k_wr_req.eq(1)
-                    m.d.sync += k_phase.eq(Mux(k_wr_go, _K_SNAP, _K_WRITE))
-                    m.d.sync += k_flipped.eq(k_wr_go)
-                with m.Else():
-                    snap_or_answer()
-            with m.Case(_K_WRITE):
-                m.d.comb += k_wr_req.eq(1)
-                with m.If(k_wr_go):
-                    m.d.sync += [k_phase.eq(_K_SNAP), k_flipped.eq(1)]
-            with m.Case(_K_SNAP):
-                snap_or_answer()
-            with m.Case(_K_WAIT):
-                m.d.sync += k_pending.eq(k_pending & ~clr_granted)
-                m.d.comb += k_done.eq(~k_pending.any() & och_free)
-        with m.If(k_done):
-            m.d.sync += [och.valid.eq(1), och.p.flipped.eq(k_flipped), och.p.error.eq(~k_in)]
-        with m.Elif(och.ready):
-            m.d.sync += och.valid.eq(0)
-        m.d.comb += err_kind[DcohError.CHK_RANGE].eq(k_done & ~k_in)
-        info[DcohError.CHK_RANGE] = (C(0, 4), C(0, 16), k_line)
-        with m.If(chk.ready):      # after the phase updates, so a new check starts clean
-            m.d.sync += k_valid.eq(chk.valid)
-            with m.If(chk.valid):
-                m.d.sync += [k_line.eq(chk.payload), k_phase.eq(_K_DECIDE), k_flipped.eq(0)]
-
-        # --- bias table writes: reset sweep, then the check, then the flip ---------------
-        with m.If(clearing):
-            m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(clr_addr), bias_wr.data.eq(0)]
-            m.d.sync += clr_addr.eq(clr_addr + 1)
-            with m.If(clr_addr == depth - 1):
-                m.d.sync += clearing.eq(0)
-        with m.Elif(k_wr_req):
-            m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(k_page), bias_wr.data.eq(0),
-                         k_wr_go.eq(1)]
-        with m.Elif(f_wr_req):
-            m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(f_cur), bias_wr.data.eq(f_wr_val),
-                         f_wr_go.eq(1)]
-
-        # --- flip command ---------------------------------------------------------------
-        f_busy = f_phase != _F_IDLE
-        f_match = page_match(f_cur, "flip_match")
-        flip_end = named(m, flip.first_page + flip.pages, "flip_end")
-        m.d.comb += [
-            bias_flip.addr.eq(f_cur),
-            fst.busy.eq(f_busy | clearing),
-            c_want.eq((f_phase == _F_CLAIM) & ~f_line[shift]),
-        ]
-        with m.If(c_go):
-            m.d.sync += f_line.eq(f_line + 1)
-        m.d.sync += f_out.eq(f_out + c_go - f_claim_back - r_claim_back)
-        with m.If(k_on_flip):
-            m.d.sync += f_spoil.eq(1)
-
-        with m.Switch(f_phase):
-            with m.Case(_F_READ):       # the page's bias is read in this cycle
-                m.d.sync += f_phase.eq(_F_DECIDE)
-            with m.Case(_F_DECIDE):
-                with m.If(f_to_host):
-                    # A page already in host bias is drained all the same: a host check
-                    # may have flipped it back and still be waiting for its accesses.
-                    m.d.sync += f_phase.eq(Mux(bias_flip.data[0], _F_BWRITE, _F_BSNAP))
-                with m.Elif(bias_flip.data[0]):     # already in device bias: skipped
-                    m.d.sync += f_phase.eq(_F_NEXT)
-                with m.Else():
-                    m.d.sync += f_phase.eq(_F_CLAIM)
-                m.d.sync += [f_line.eq(0), f_spoil.eq(0), f_denied.eq(0)]
-            with m.Case(_F_CLAIM), m.If(f_line[shift] & ~f_out.any()):
-                m.d.sync += f_phase.eq(_F_COMMIT)
-            with m.Case(_F_COMMIT):
-                with m.If(f_denied):     # flagged HOST_ERROR when the GO-Err came
-                    m.d.sync += [f_err.eq(1), f_phase.eq(_F_NEXT)]
-                with m.Elif(f_spoil | k_on_flip):
-                    m.d.sync += [f_err.eq(1), f_phase.eq(_F_NEXT)]
-                    m.d.comb += err_kind[DcohError.FLIP_CONTENDED].eq(1)
-                with m.Else():
-                    m.d.comb += [f_wr_req.eq(1), f_wr_val.eq(1)]
-                    with m.If(f_wr_go):
-                        m.d.sync += f_phase.eq(_F_NEXT)
-            with m.Case(_F_BWRITE):
-                m.d.comb += [f_wr_req.eq(1), f_wr_val.eq(0)]
-                with m.If(f_wr_go):
-                    m.d.sync += f_phase.eq(_F_BSNAP)
-            with m.Case(_F_BSNAP):      # accesses decided up to the write are tracked now
-                m.d.sync += [f_pending.eq(f_match & tracked & ~clr_granted),
-                             f_phase.eq(_F_BWAIT)]
-            with m.Case(_F_BWAIT):
-                m.d.sync += f_pending.eq(f_pending & ~clr_granted)
-                with m.If(~f_pending.any()):
-                    m.d.sync += f_phase.eq(_F_NEXT)
-            with m.Case(_F_NEXT):
-                nxt = Signal(pb + 2)
-                m.d.comb += nxt.eq(f_cur + 1)
-                with m.If(nxt == f_end):
-                    m.d.sync += [f_phase.eq(_F_IDLE), fst.done.eq(1), fst.error.eq(f_err)]
-                with m.Else():
-                    m.d.sync += [f_cur.eq(nxt[:pb]), f_phase.eq(_F_READ)]
-        info[DcohError.FLIP_CONTENDED] = (C(0, 4), C(0, 16), f_cur)
-
-        start = self.i_flip_start
-        with m.If(start & (f_busy | clearing)):
-            m.d.comb += err_kind[DcohError.FLIP_BUSY].eq(1)
-        with m.Elif(start):
-            m.d.sync += [fst.done.eq(0), fst.error.eq(0)]
-            with m.If(~flip.pages.any()):
-                m.d.sync += fst.done.eq(1)
-            with m.Elif(flip_end > self._pages):
-                m.d.sync += [fst.done.eq(1), fst.error.eq(1)]
-                m.d.comb += err_kind[DcohError.FLIP_RANGE].eq(1)
-            with m.Else():
-                m.d.sync += [f_phase.eq(_F_READ), f_cur.eq(flip.first_page),
-                             f_end.eq(flip_end), f_to_host.eq(flip.to_host), f_err.eq(0)]
-        flip_info = (C(0, 4), C(0, 16), flip.first_page)
-        info[DcohError.FLIP_RANGE] = info[DcohError.FLIP_BUSY] = flip_info
-
-        # --- errors -------------------------------------------------------------------------
-        # The lowest kind raised this cycle names the error recorded as the first one.
-        now = Signal(ERR_INFO)
-        chosen = [C(0, 4), C(0, 4), C(0, 16), C(0, LINE_BITS)]
-        for kind in reversed(range(DcohError.COUNT)):
-            fields = (C(kind, 4), *info[kind])
-            chosen = [Mux(err[kind], f, c) for f, c in zip(fields, chosen, strict=True)]
-        m.d.comb += [now.code.eq(chosen[0]), now.opcode.eq(chosen[1]), now.id.eq(chosen[2]),
-                     now.address.eq(chosen[3])]
-        kept = Signal(DcohError.COUNT)
-        m.d.comb += kept.eq(self.o_err_status & ~self.i_err_clear)
-        m.d.sync += [self.o_err_set.eq(err), self.o_err_status.eq(kept | err)]
-        with m.If(~kept.any() & err.any()):
-            m.d.sync += self.o_err_first.eq(now)
-
-        m.d.comb += self.o_busy.eq(~free.all() | b_valid | f1_valid | r1_valid | d1_valid |
-                                   ogr.valid | req.valid |
-                                   k_valid | och.valid | f_busy | clearing)
+        m.d.comb += self.o_busy.eq(~free.all() | b_valid | ans.o_busy | ogr.valid | req.valid |
+                                   chk.o_busy | flip.o_busy | clearing)
         return m

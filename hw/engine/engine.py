@@ -183,11 +183,15 @@ class Engine(wiring.Component):
             "ev_record": Out(1),
         })
 
+    #: AXI ID bits the engine's PMEM arbiter adds to name its managers: each manager
+    #: gets ``axi_id_width - MANAGER_ID_BITS`` bits (``DeviceConfig`` checks the budget).
+    MANAGER_ID_BITS = (len(_MANAGERS) - 1).bit_length()
+
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
         aw = cfg.pmem_addr_width
-        mid = cfg.axi_id_width - (len(_MANAGERS) - 1).bit_length()
+        mid = cfg.axi_id_width - self.MANAGER_ID_BITS
         max_lines = cfg.engine_max_lines
 
         m.submodules.fetch = fetch = DescFetch(addr_width=aw, id_width=mid)
@@ -289,24 +293,18 @@ class Engine(wiring.Component):
         m.submodules.fork = fork = RowFork(addr_width=aw, grad_rows=_GRAD_ROWS)
         wiring.connect(m, seqs.o_rows, fork.i_rows)
         wiring.connect(m, fork.o_grad, grad.i_rows)
-        m.d.comb += [
-            gather.i_rows.valid.eq(fork.o_gather.valid),
-            gather.i_rows.payload.eq(fork.o_gather.p.row),
-            gather.i_ctrl.eq(fork.o_gather.p.gather),
-            fork.o_gather.ready.eq(gather.i_rows.ready),
-            fork.i_finish.eq(comp.upd_finish),
-        ]
+        wiring.connect(m, fork.o_gather, gather.i_rows)
+        m.d.comb += fork.i_finish.eq(comp.upd_finish)
 
         # --- the gather's lines: pooled (LOOKUP) or scattered (UPDATE)
         lines = gather.o_lines
-        route_update = seqs.route_update
+        route_update = lines.p.update
         m.d.comb += [
             pool.i_lines.payload.eq(lines.payload),
             pool.i_lines.valid.eq(lines.valid & ~route_update),
             scatter.i_lines.payload.data.eq(lines.payload.data),
             scatter.i_lines.valid.eq(lines.valid & route_update),
             lines.ready.eq(Mux(route_update, scatter.i_lines.ready, pool.i_lines.ready)),
-            pool.i_ctrl.eq(lines.payload.ctrl),
         ]
         wiring.connect(m, pool.o_pooled, comp.i_pooled)
         upd, sc = seqs.update, scatter.i_ctrl

@@ -36,7 +36,8 @@ LINE = data.StructLayout({
     "weight": 32,           # fp32, used when weighted
     "empty_bag": 1,         # a lone item standing for a bag with no counted row
     "count": 16,            # the bag's counted rows n (for mean)
-    "ctrl": CTRL,           # the descriptor's settings, carried along (not read here)
+    "ctrl": CTRL,           # the descriptor's settings (a bag's are those of its last line)
+    "update": 1,            # an UPDATE's line (for the scatter, not pooled; not read here)
 })
 
 #: One line of a pooled vector.
@@ -116,13 +117,12 @@ class PoolReduce(wiring.Component):
     until the transfer; ``i_lines.ready`` depends combinationally on internal state
     only (never on ``o_pooled.ready``). Synchronous reset drops every bag in progress.
 
-    **Control.** ``i_ctrl`` is sampled together with each ``i_lines`` transfer and
-    must describe the descriptor whose line is offered (hold it stable while the rows
-    of a descriptor flow); a bag's settings are those of its last line. The input
+    **Control.** Each line carries its descriptor's settings in ``ctrl``; a bag's
+    settings are those of its last line. The input
     contract: each bag's counted rows arrive in order ``row_k = 0 .. count-1``, each
     as lines ``0 .. lines_per_row-1``, ``last_row`` on the row ``count - 1``, ``count``
     the same on every item of the bag; an empty bag is a single item with
-    ``empty_bag = 1`` (its other fields but ``i_ctrl`` are ignored). Weighted pooling is
+    ``empty_bag = 1`` (its other fields but ``ctrl`` are ignored). Weighted pooling is
     legal with sum only (as in the contract; the block multiplies regardless).
     ``lines_per_row`` must be at most ``max_lines_per_row`` for fp32 tables and
     ``max_lines_per_row // 2`` for bf16 tables: both are ``dim <= 16 *
@@ -145,10 +145,9 @@ class PoolReduce(wiring.Component):
 
     Members
     -------
-    i_ctrl : ``In(CTRL)``
-        ``mode``, ``weighted``, ``bf16``, ``lines_per_row`` of the descriptor.
     i_lines : ``In(stream.Signature(LINE))``
-        Lines of counted rows, in index order, or empty bags.
+        Lines of counted rows, in index order, or empty bags, each with its
+        descriptor's ``mode``, ``weighted``, ``bf16``, ``lines_per_row`` in ``ctrl``.
     o_pooled : ``Out(stream.Signature(POOLED))``
         Pooled vectors in the table's dtype and line layout; ``line`` counts from 0 in
         each bag, ``last`` marks a bag's final line.
@@ -159,7 +158,6 @@ class PoolReduce(wiring.Component):
         If a parameter is not an integer in its range.
     """
 
-    i_ctrl: In(CTRL)
     i_lines: In(stream.Signature(LINE))
     o_pooled: Out(stream.Signature(POOLED))
 
@@ -481,7 +479,7 @@ class PoolReduce(wiring.Component):
 
         m.d.comb += i.ready.eq(~cur_valid | consume)
         with m.If(i.valid & i.ready):
-            m.d.sync += [cur_valid.eq(1), cur.eq(i.payload), ctrl.eq(self.i_ctrl), beat.eq(0)]
+            m.d.sync += [cur_valid.eq(1), cur.eq(i.payload), ctrl.eq(i.p.ctrl), beat.eq(0)]
             with m.If(~i.p.empty_bag):
                 with m.If(~i.p.row_k.any()):
                     m.d.sync += part.eq(0)

@@ -10,8 +10,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .row_gather import ROW
-from .sequencer_pool import rows_layout
+from .row_gather import ROW, rows_layout
 
 __all__ = ["RowFork"]
 
@@ -37,7 +36,7 @@ class RowFork(wiring.Component):
     Parameters
     ----------
     addr_width : int
-        Of the rows' gather settings (:func:`~.sequencer_pool.rows_layout`).
+        Of the rows' gather settings (:func:`~.row_gather.rows_layout`).
     grad_rows : int
         Depth of the gradient side's FIFO, at least 2.
 

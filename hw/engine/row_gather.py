@@ -13,7 +13,7 @@ from hw.bus.axi import AXI4Signature, AxiBurst
 from ..widths import is_int
 from .pool_reduce import CTRL, LINE, LINE_BITS
 
-__all__ = ["ROW", "UNDO", "RowGather", "ctrl_layout"]
+__all__ = ["ROW", "UNDO", "RowGather", "ctrl_layout", "rows_layout"]
 
 #: One counted row of a bag in index order, or a lone empty bag.
 ROW = data.StructLayout({
@@ -57,11 +57,18 @@ def ctrl_layout(addr_width: int) -> data.StructLayout:
     })
 
 
+def rows_layout(addr_width: int) -> data.StructLayout:
+    """A row with the settings its consumers need: the gather's (``gather``,
+    :func:`ctrl_layout`) and whether the row is an UPDATE's (``update``). The bag
+    sequencers produce it; :class:`RowGather` takes it."""
+    return data.StructLayout({"row": ROW, "gather": ctrl_layout(addr_width), "update": 1})
+
+
 #: What the drain side needs of a row, queued in index order when the row is accepted.
 _META = data.StructLayout({
     "row": 32, "row_k": 16, "last_row": 1, "weight": 32, "empty_bag": 1, "count": 16,
     "last_line": 8,         # lines of the row - 1 (0 for an empty bag)
-    "batch_id": 32, "table_id": 16, "capture": 1, "pool": CTRL,
+    "batch_id": 32, "table_id": 16, "capture": 1, "pool": CTRL, "update": 1,
     "row_addr": 48,
 })
 
@@ -119,12 +126,11 @@ class RowGather(wiring.Component):
     Synchronous reset drops everything in flight; the AXI subordinate must be reset
     with the block. AW, W and B are unused (``awvalid = wvalid = 0``, ``bready = 1``).
 
-    **Control.** ``i_ctrl`` is sampled with each ``i_rows`` transfer: ``table_base``
-    and ``lines_per_row`` address the row, ``batch_id``, ``table_id`` and ``capture``
-    travel with it (``pool`` leaves on every line of the row as ``ctrl``, so the pooling
-    settings follow their descriptor's lines), so ``i_ctrl`` may change for the next
-    descriptor as soon as its last row is accepted. ``lines_per_row`` must be
-    1..``max_lines_per_row`` (0 is not checked and misbehaves).
+    **Control.** Each row carries its descriptor's settings (``gather``):
+    ``table_base`` and ``lines_per_row`` address the row, ``batch_id``, ``table_id`` and
+    ``capture`` travel with it; ``pool`` and ``update`` leave on every line of the row
+    (as ``ctrl`` and ``update``), so the settings follow their descriptor's lines.
+    ``lines_per_row`` must be 1..``max_lines_per_row`` (0 is not checked and misbehaves).
 
     **Undo capture.** When ``capture`` was set for a row, each of its lines is offered
     on ``o_undo`` (``batch_id``, ``table_id``, ``row``, ``line``, ``data``, the row's
@@ -152,10 +158,9 @@ class RowGather(wiring.Component):
 
     Members
     -------
-    i_ctrl : ``In(ctrl_layout(addr_width))``
-        Per-descriptor settings (sampled with each ``i_rows`` transfer).
-    i_rows : ``In(stream.Signature(ROW))``
-        Counted rows of bags in index order, and lone empty bags.
+    i_rows : ``In(stream.Signature(rows_layout(addr_width)))``
+        Counted rows of bags in index order, and lone empty bags (``row``), each with its
+        descriptor's settings (``gather``) and whether it is an UPDATE's (``update``).
     pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
         PMEM read port (AR and R used).
     o_lines : ``Out(stream.Signature(LINE))``
@@ -193,8 +198,7 @@ class RowGather(wiring.Component):
         self._rob_lines = rob_lines
         self._max_lines_per_row = max_lines_per_row
         super().__init__({
-            "i_ctrl": In(ctrl_layout(addr_width)),
-            "i_rows": In(stream.Signature(ROW)),
+            "i_rows": In(stream.Signature(rows_layout(addr_width))),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
             "o_lines": Out(stream.Signature(LINE)),
@@ -318,33 +322,35 @@ class RowGather(wiring.Component):
                     next_id.eq(next_id + 1),
                 ]
 
-        rows, ctrl = self.i_rows, self.i_ctrl
+        rows = self.i_rows
+        ctrl, row = rows.p.gather, rows.p.row
         m.d.comb += rows.ready.eq((~s1_valid | (go & whole)) & meta_fifo.w_rdy)
-        offset = rows.p.row * ctrl.lines_per_row
+        offset = row.row * ctrl.lines_per_row
         row_addr = Signal(aw)
         m.d.comb += row_addr.eq(ctrl.table_base + (offset << _LINE_SHIFT))
         meta_in = _META(meta_fifo.w_data)
         m.d.comb += [
             meta_fifo.w_en.eq(rows.valid & rows.ready),
-            meta_in.row.eq(rows.p.row),
-            meta_in.row_k.eq(rows.p.row_k),
-            meta_in.last_row.eq(rows.p.last_row),
-            meta_in.weight.eq(rows.p.weight),
-            meta_in.empty_bag.eq(rows.p.empty_bag),
-            meta_in.count.eq(rows.p.count),
-            meta_in.last_line.eq(Mux(rows.p.empty_bag, 0, ctrl.lines_per_row - 1)),
+            meta_in.row.eq(row.row),
+            meta_in.row_k.eq(row.row_k),
+            meta_in.last_row.eq(row.last_row),
+            meta_in.weight.eq(row.weight),
+            meta_in.empty_bag.eq(row.empty_bag),
+            meta_in.count.eq(row.count),
+            meta_in.last_line.eq(Mux(row.empty_bag, 0, ctrl.lines_per_row - 1)),
             meta_in.batch_id.eq(ctrl.batch_id),
             meta_in.table_id.eq(ctrl.table_id),
             meta_in.capture.eq(ctrl.capture),
             meta_in.pool.eq(ctrl.pool),
+            meta_in.update.eq(rows.p.update),
             meta_in.row_addr.eq(row_addr),
         ]
         with m.If(rows.valid & rows.ready):
             m.d.sync += [
                 s1_valid.eq(1),
-                s1_empty.eq(rows.p.empty_bag),
+                s1_empty.eq(row.empty_bag),
                 s1_addr.eq(row_addr),
-                s1_left.eq(Mux(rows.p.empty_bag, C(1, 9), ctrl.lines_per_row)),
+                s1_left.eq(Mux(row.empty_bag, C(1, 9), ctrl.lines_per_row)),
             ]
 
         # --- R beats -> ROB -----------------------------------------------------------
@@ -426,6 +432,7 @@ class RowGather(wiring.Component):
             o.p.empty_bag.eq(cur.empty_bag),
             o.p.count.eq(cur.count),
             o.p.ctrl.eq(cur.pool),
+            o.p.update.eq(cur.update),
         ]
 
         # --- undo capture: every line of a capturing row, in order, through a FIFO ------

@@ -15,20 +15,13 @@ from ..bus.axi_arbiter import AxiArbiter
 from ..cxl.messages import LINE_BITS
 from .bag_sequencer import STATUS, BagSequencer
 from .descriptor import DescKind, Descriptor
-from .row_gather import ROW, ctrl_layout
+from .row_gather import rows_layout
 
 __all__ = ["SequencerPool", "rows_layout", "update_layout"]
 
 #: fp32 and bf16 elements per 64-byte line, as shifts.
 _FP32_SHIFT, _BF16_SHIFT = 4, 5
 _LPR_BITS = 9
-
-
-def rows_layout(addr_width: int) -> data.StructLayout:
-    """A row of :class:`SequencerPool`'s output with the settings its consumers need:
-    the gather's (``gather``, :func:`~.row_gather.ctrl_layout`) and whether the row is
-    an UPDATE's (``update``)."""
-    return data.StructLayout({"row": ROW, "gather": ctrl_layout(addr_width), "update": 1})
 
 
 def update_layout(addr_width: int) -> data.StructLayout:
@@ -65,9 +58,8 @@ class SequencerPool(wiring.Component):
     follows an UPDATE wait until the UPDATE's writes are durable (``i_update_done``),
     or until the UPDATE's status reports a failure (it then has no rows, and the scatter
     never reports): later descriptors read what it wrote. As an UPDATE's turn begins,
-    ``update`` takes its settings and ``update_start`` pulses; ``route_update`` is high
-    from then until the next descriptor's turn begins (the lines the gather reads for
-    it go to the scatter).
+    ``update`` takes its settings and ``update_start`` pulses. Each row says whether it
+    is an UPDATE's (``update``), so the lines the gather reads for it go to the scatter.
 
     **Context.** Every row carries its descriptor's settings (:func:`rows_layout`),
     computed here once: table base, lines per row, batch and table, undo capture
@@ -93,7 +85,7 @@ class SequencerPool(wiring.Component):
     o_rows : ``Out(stream.Signature(rows_layout(addr_width)))``
     o_status : ``Out(stream.Signature(STATUS))``
     update : ``Out(update_layout(addr_width))``
-    update_start, route_update : ``Out(1)``
+    update_start : ``Out(1)``
     i_update_done : ``In(1)``
         The running UPDATE's writes are durable (one cycle).
     pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
@@ -115,7 +107,6 @@ class SequencerPool(wiring.Component):
             "o_status": Out(stream.Signature(STATUS)),
             "update": Out(update_layout(addr_width)),
             "update_start": Out(1),
-            "route_update": Out(1),
             "i_update_done": In(1),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
@@ -182,7 +173,7 @@ class SequencerPool(wiring.Component):
         upd = Signal(Descriptor)        # the UPDATE whose items the scatter applies
         m.d.sync += self.update_start.eq(0)
         with m.If(held & ~opened & ~upd_running):
-            m.d.sync += [opened.eq(1), self.route_update.eq(cur_update)]
+            m.d.sync += opened.eq(1)
             with m.If(cur_update):
                 m.d.sync += [upd.eq(cur), self.update_start.eq(1), upd_running.eq(1)]
         status_out = status.valid & status.ready
