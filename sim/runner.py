@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import amaranth
 from amaranth.back import verilog
 from filelock import FileLock
 
@@ -57,10 +59,31 @@ def _build_dir(design: str, config: DeviceConfig, sim: str, waves: bool) -> Path
     return BUILD / "sim" / f"{design}-{config.tag}-{sim}{'-waves' if waves else ''}"
 
 
+def _rtl_key(design: str, config: DeviceConfig) -> str:
+    """What the Verilog of a ``hw.gen`` design depends on: the design, the config, the
+    Amaranth version and every source file under ``hw/`` (which imports nothing else
+    of the project)."""
+    h = hashlib.sha256()
+    h.update(json.dumps([design, dataclasses.asdict(config), amaranth.__version__],
+                        sort_keys=True).encode())
+    for path in sorted((ROOT / "hw").rglob("*.py")):
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def _emit(design: str, config: DeviceConfig, out_dir: Path,
           factory: Factory | None) -> tuple[Path, str]:
     if factory is None:
-        return emit(design, config, out_dir)
+        # Elaborating and converting the device takes longer than most cocotb runs on
+        # it: emit once per change of its inputs, not once per run.
+        path = out_dir / f"{module_name(design, config)}.v"
+        stamp = path.with_suffix(".key")
+        key = _rtl_key(design, config)
+        if path.exists() and stamp.exists() and stamp.read_text() == key:
+            return path, module_name(design, config)
+        path, top = emit(design, config, out_dir)
+        stamp.write_text(key)
+        return path, top
     # Same naming and write-if-changed rule as hw.gen.emit, for a test-only design.
     name = module_name(design, config)
     text = verilog.convert(factory(config), name=name, emit_src=False)

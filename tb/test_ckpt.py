@@ -21,7 +21,10 @@ checked bit for bit:
   every ``FRESH_EVERY`` points the device is formatted again with new tables, and one
   last batch after the last point must commit and match the model.
 
-Test parameters: ``n_points`` (crash points per campaign test).
+Test parameters: ``n_points`` (crash points per campaign test); ``part`` and ``parts``
+run points ``n_points * part // parts`` up to the next part's first of them, so the
+points of one campaign spread over several simulator runs (each formats the device and
+measures the window afresh; default: every point in one run).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from sim.embedding import BF16, FP32, LINE_BYTES
 from tb.ckpt_driver import CkptDriver
 from tb.device_tb import DeviceTB
 from tb.engine_driver import Batch, random_table
+from tb.groups import group
 
 #: Batches per crash window, tables, bags per batch and rows per bag.
 BATCHES, TABLES, BAGS, POOLING = 2, 2, 4, 3
@@ -175,17 +179,21 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
     await tb.start()
     camp = Campaign(tb)
     n_points = tb.params.get("n_points", 20)
+    part, parts = tb.params.get("part", 0), tb.params.get("parts", 1)
+    assert 0 <= part < parts, f"part {part} of {parts}"
+    points = range(n_points * part // parts, n_points * (part + 1) // parts)
     # One uncrashed run measures the window crash points are drawn from.
     await camp.fresh()
     start = tb.loop.cycle
     await camp.train(1, BATCHES)
     window = tb.loop.cycle - start
     camp.check_tables(BATCHES)
-    tb.log.info("%d batches take %d cycles; %d crash points", BATCHES, window, n_points)
+    tb.log.info("%d batches take %d cycles; crash points %d to %d of %d", BATCHES, window,
+                points.start, points.stop - 1, n_points)
     survived = rolled = 0
     c = BATCHES
-    for point in range(n_points):
-        if point and point % FRESH_EVERY == 0:
+    for point in points:
+        if point != points.start and point % FRESH_EVERY == 0:
             await camp.fresh()
             c = 0
         at = tb.rng.randrange(window + 50)
@@ -210,13 +218,13 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
     await camp.train(c + 1, c + 1)                  # the device trains on after the last
     camp.check_tables(c + 1)
     tb.log.info("crash points tried %d, survived %d; %d records rolled back in all",
-                n_points, survived, rolled)
+                len(points), survived, rolled)
     tb.check_protocol()
     if "out" in tb.params:          # the benchmark's figures (sim/bench.py)
         out = Path(tb.params["out"])
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({
-            "crash_points_tried": n_points, "crash_points_survived": survived,
+            "crash_points_tried": len(points), "crash_points_survived": survived,
             "records_rolled_back": rolled, "batches_per_point": BATCHES,
             "window_cycles": window}, indent=2) + "\n")
 
@@ -227,6 +235,7 @@ async def _wait_or_done(tb: DeviceTB, task, cycles: int) -> None:
                              timeout=cycles + 10, what="crash point")
 
 
+@group("campaign")
 @cocotb.test()
 async def test_crash_campaign(dut):
     """Power failure at random cycles of a multi-batch training sequence; recovery; the
@@ -234,6 +243,7 @@ async def test_crash_campaign(dut):
     await _campaign(dut, "crash_campaign")
 
 
+@group("recovery")
 @cocotb.test()
 async def test_crash_during_recovery(dut):
     """As the campaign, and the power fails again while recovery runs: a second recovery
@@ -241,6 +251,7 @@ async def test_crash_during_recovery(dut):
     await _campaign(dut, "crash_during_recovery", during_recovery=True)
 
 
+@group("directed")
 @cocotb.test()
 async def test_commit_just_before_crash(dut):
     """A COMMIT whose completion the host saw survives a power failure right after it."""
@@ -256,6 +267,7 @@ async def test_commit_just_before_crash(dut):
     tb.check_protocol()
 
 
+@group("directed")
 @cocotb.test()
 async def test_bad_batches_and_busy_recovery(dut):
     """UPDATE of a batch never looked up, UPDATE of a committed batch and COMMIT out of
@@ -292,6 +304,7 @@ async def test_bad_batches_and_busy_recovery(dut):
     tb.check_protocol()
 
 
+@group("directed")
 @cocotb.test()
 async def test_log_overflow(dut):
     """A batch needing more records than the log holds overflows: CK_STATUS.OVERFLOW,
@@ -327,6 +340,7 @@ async def test_log_overflow(dut):
     tb.check_protocol()
 
 
+@group("directed")
 @cocotb.test()
 async def test_mlp_checkpoint(dut):
     """MLP_CHECKPOINT: UNSUPPORTED with checkpointing off; BAD_BATCH for a batch after

@@ -27,6 +27,7 @@ from hw.top import PMEM_REGISTER_RESPONSES
 from sim.golden_memory import FULL_MASK, LINE_BYTES
 from tb.device_tb import DeviceTB
 from tb.endpoint_rate import measure_endpoint
+from tb.groups import group
 from tb.host_agent import ErrBit, TrafficMix, random_byte_enable
 from tb.pmem import PmemTiming
 
@@ -83,6 +84,7 @@ def _spread_lines(tb: DeviceTB, count: int) -> list[int]:
 
 # --- traffic ---------------------------------------------------------------------------
 
+@group("random")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_random_traffic(dut, idle, backpressure):
@@ -107,6 +109,7 @@ async def test_random_traffic(dut, idle, backpressure):
     await tb.finish()
 
 
+@group("ordering")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_partial_writes(dut, idle, backpressure):
@@ -138,6 +141,7 @@ async def test_partial_writes(dut, idle, backpressure):
     await tb.finish()
 
 
+@group("ordering")
 @cocotb.test()
 @cocotb.parametrize(**NOISE, slow=["reads", "writes"])
 async def test_same_line_hazards(dut, idle, backpressure, slow):
@@ -178,6 +182,7 @@ async def test_same_line_hazards(dut, idle, backpressure, slow):
     await tb.finish()
 
 
+@group("ordering")
 @cocotb.test()
 async def test_all_tags_in_flight(dut):
     """With both response channels paused, the device accepts requests until
@@ -240,6 +245,7 @@ async def test_all_tags_in_flight(dut):
     await tb.finish()
 
 
+@group("rate")
 @cocotb.test()
 async def test_endpoint_latency_and_rate(dut):
     """The host's CXL.mem path through the whole device (M2S router, endpoint, PMEM
@@ -272,6 +278,7 @@ async def test_endpoint_latency_and_rate(dut):
     await tb.finish()
 
 
+@group("reset")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_reset_mid_traffic(dut, idle, backpressure):
@@ -299,6 +306,7 @@ async def test_reset_mid_traffic(dut, idle, backpressure):
 
 # --- directed opcode coverage -----------------------------------------------------------
 
+@group("ordering")
 @cocotb.test()
 async def test_opcode_responses(dut):
     """Every legal M2S opcode with every MetaValue, with MetaField Meta0-State and
@@ -389,6 +397,7 @@ async def _works_after(tb: DeviceTB) -> None:
     await tb.finish()
 
 
+@group("bad_input")
 @cocotb.test()
 async def test_bad_out_of_range_read(dut):
     """MemRd / MemRdData outside the HDM window: a single DRS MemData-NXM in place of
@@ -410,6 +419,7 @@ async def test_bad_out_of_range_read(dut):
     await _works_after(tb)
 
 
+@group("bad_input")
 @cocotb.test()
 async def test_bad_out_of_range_write(dut):
     """MemWr / MemWrPtl outside the HDM window: NDR Cmp, memory unchanged (no PMEM
@@ -430,6 +440,7 @@ async def test_bad_out_of_range_write(dut):
     await _works_after(tb)
 
 
+@group("bad_input")
 @cocotb.test()
 async def test_bad_reserved_req_opcode(dut):
     """Every reserved M2S Req opcode: NDR Cmp, no DRS, no PMEM access, RSVD_OPCODE
@@ -444,6 +455,7 @@ async def test_bad_reserved_req_opcode(dut):
     await _works_after(tb)
 
 
+@group("bad_input")
 @cocotb.test()
 async def test_bad_reserved_rwd_opcode(dut):
     """Every reserved M2S RwD opcode: NDR Cmp, memory unchanged, RSVD_OPCODE with the
@@ -459,6 +471,7 @@ async def test_bad_reserved_rwd_opcode(dut):
     await _works_after(tb)
 
 
+@group("bad_input")
 @cocotb.test()
 async def test_bad_poisoned_write(dut):
     """Poisoned MemWr / MemWrPtl: NDR Cmp, memory unchanged, POISON latched; poisoned
@@ -479,6 +492,7 @@ async def test_bad_poisoned_write(dut):
     await _works_after(tb)
 
 
+@group("bad_input")
 @cocotb.test()
 async def test_bad_empty_partial_write(dut):
     """MemWrPtl with no byte enabled: NDR Cmp, memory unchanged, EMPTY_PTL latched."""
@@ -493,6 +507,7 @@ async def test_bad_empty_partial_write(dut):
     await _works_after(tb)
 
 
+@group("bad_input")
 @cocotb.test()
 async def test_bad_unexpected_fwd(dut):
     """MemRdFwd / MemWrFwd with no CXL.cache request outstanding: no response at all,
@@ -508,6 +523,7 @@ async def test_bad_unexpected_fwd(dut):
     await _works_after(tb)
 
 
+@group("bad_input")
 @cocotb.test()
 async def test_bad_pmem_response(dut):
     """PMEM answers SLVERR / DECERR: the read still completes with DRS MemData carrying
@@ -554,6 +570,7 @@ async def test_bad_pmem_response(dut):
 
 # --- CSRs -------------------------------------------------------------------------------
 
+@group("csr")
 @cocotb.test()
 async def test_csr_identification(dut):
     """ID, VERSION and one capability register per generator parameter equal the
@@ -584,6 +601,7 @@ async def test_csr_identification(dut):
     await tb.finish()
 
 
+@group("csr")
 @cocotb.test()
 async def test_hdm_reprogramming(dut):
     """Moving and resizing the HDM window through the CSRs moves the decoder: data
@@ -643,6 +661,7 @@ async def test_hdm_reprogramming(dut):
     await tb.finish()
 
 
+@group("csr")
 @cocotb.test()
 async def test_dev_load(dut):
     """STATUS.OCCUPANCY counts requests in flight and STATUS.DEV_LOAD (and the DevLoad
@@ -705,6 +724,7 @@ async def test_dev_load(dut):
     await tb.finish()
 
 
+@group("csr")
 @cocotb.test()
 async def test_perf_counters(dut):
     """PERF_READS / PERF_WRITES count the memory requests, PERF_CYCLES counts cycles,
@@ -742,6 +762,7 @@ async def test_perf_counters(dut):
 
 # --- persistence ------------------------------------------------------------------------
 
+@group("reset")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_power_failure(dut, idle, backpressure):
@@ -772,6 +793,7 @@ async def test_power_failure(dut, idle, backpressure):
     await tb.finish()
 
 
+@group("reset")
 @cocotb.test()
 async def test_power_failure_after_device_write(dut):
     """A host write lost at a power failure leaves its line as it was before: when the
@@ -808,6 +830,7 @@ async def test_power_failure_after_device_write(dut):
     await tb.finish()
 
 
+@group("ordering")
 @cocotb.test()
 async def test_write_forward_progress(dut):
     """A write must not wait forever behind reads of its line: with MemRd of one line

@@ -22,6 +22,7 @@ from sim import embedding as emb
 from sim.embedding import BF16, FP32, LINE_BYTES
 from tb.device_tb import DeviceTB
 from tb.engine_driver import Batch, EngineDriver, random_table
+from tb.groups import group
 
 NOISE = {"idle": [False, True], "backpressure": [False, True]}
 #: Embedding dims tried (those above the device's engine_max_dim are skipped): one
@@ -75,6 +76,7 @@ def _budget(tb: DeviceTB) -> int:
 
 # --- LOOKUP ------------------------------------------------------------------------------
 
+@group("lookup")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_lookup_random(dut, idle, backpressure):
@@ -109,6 +111,7 @@ async def test_lookup_random(dut, idle, backpressure):
     await _finish(tb, drv)
 
 
+@group("lookup")
 @cocotb.test()
 async def test_lookup_long_bags(dut):
     """Bags of 200 to 300 rows (each partial accumulates many rows) and a batch whose
@@ -126,6 +129,7 @@ async def test_lookup_long_bags(dut):
     await _finish(tb, drv)
 
 
+@group("lookup")
 @cocotb.test()
 async def test_lookup_specials(dut):
     """Tables holding ±0, subnormals, ±inf and NaN: results bit exact, NaN canonical."""
@@ -143,6 +147,7 @@ async def test_lookup_specials(dut):
 
 # --- UPDATE ------------------------------------------------------------------------------
 
+@group("update")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_update_random(dut, idle, backpressure):
@@ -181,6 +186,7 @@ async def test_update_random(dut, idle, backpressure):
 
 # --- ordering kinds, ring, counters --------------------------------------------------------
 
+@group("update")
 @cocotb.test()
 async def test_fence_commit_nop_and_wrap(dut):
     """NOP, FENCE and COMMIT complete OK in ring order between LOOKUPs and UPDATEs; the
@@ -202,6 +208,7 @@ async def test_fence_commit_nop_and_wrap(dut):
     await _finish(tb, drv)
 
 
+@group("control")
 @cocotb.test()
 async def test_ring_overrun(dut):
     """A doorbell announcing more descriptors than the ring holds: RING_OVERRUN is set,
@@ -221,6 +228,7 @@ async def test_ring_overrun(dut):
     await _finish(tb, drv)
 
 
+@group("control")
 @cocotb.test()
 async def test_engine_counters_and_status(dut):
     """ENG_DESC_DONE, ENG_LINES_GATHERED, ENG_BAGS_POOLED, ENG_UPD_ITEMS,
@@ -259,6 +267,7 @@ async def test_engine_counters_and_status(dut):
 
 # --- driver over CXL.mem and concurrent host traffic -----------------------------------------
 
+@group("control")
 @cocotb.test()
 async def test_driver_over_cxl_with_host_traffic(dut):
     """The driver writes tables, buffers and descriptors with CXL.mem writes (the
@@ -306,6 +315,7 @@ def _bad_cases(tb: DeviceTB, table, batch: Batch) -> dict[str, dict]:
     }
 
 
+@group("control")
 @cocotb.test()
 async def test_bad_descriptors(dut):
     """Every bad input completes its descriptor with its own status code, sets

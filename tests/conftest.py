@@ -13,45 +13,58 @@ from sim import toolenv
 toolenv.setup()
 
 
-#: Cocotb groups that take longest, run first within their build (longest first keeps the
-#: two workers of a 2-core machine busy to the end).
+#: Cocotb groups that take longest, run first within their build.
 _HEAVY_GROUPS = ("recovery", "campaign", "random", "ordering", "lookup", "reset", "update")
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Order the cocotb groups first, interleaved by device build.
+    """Order the slow items so that the two workers of a 2-core machine stay busy.
 
     ``make test`` runs xdist's load scheduling with ``--maxschedchunk 1``: each worker
     takes the next item when it is nearly idle, so the items run roughly in this
-    order, the long ones first. (Without it, xdist hands each worker a fixed chunk of
-    an eighth of the suite first, and one worker can end up with all the cocotb
-    groups.) Each cocotb build is guarded by a file lock, so two workers starting on
-    the same build would leave one waiting for minutes. Interleaving the builds makes
-    neighbouring items, which go to different workers, use different builds, so the
-    builds run in parallel. Within a build the heaviest groups go first.
+    order. (Without it, xdist hands each worker a fixed chunk of an eighth of the
+    suite first, and one worker can end up with all the cocotb groups.) Each simulator
+    build is guarded by a file lock, and an item whose build another worker is still
+    compiling waits for it. So the first item of each (simulator, config) build comes
+    first (they build in parallel), then the other Icarus items (an Icarus build takes
+    seconds, a Verilator build minutes: while one worker compiles Verilator the other
+    runs Icarus), then the other Verilator items, the heaviest groups first within a
+    build and the builds interleaved; the Amaranth-simulator tests fill the end.
+    Long groups are split into several items (``tests/test_ckpt_cocotb.py``), so that
+    no single item bounds the wall time.
     """
     def params(item) -> dict:
         return getattr(getattr(item, "callspec", None), "params", {})
 
-    slow = [i for i in items if i.get_closest_marker("slow")]
     builds: dict[tuple, list] = {}
-    for item in slow:
+    for item in items:
         p = params(item)
-        if isinstance(p.get("sim"), str) and isinstance(p.get("config"), str):
+        if (item.get_closest_marker("slow") and isinstance(p.get("sim"), str)
+                and isinstance(p.get("config"), str)):
             builds.setdefault((p["sim"], p["config"]), []).append(item)
 
     def weight(item) -> int:
         group = params(item).get("group")
         return _HEAVY_GROUPS.index(group) if group in _HEAVY_GROUPS else len(_HEAVY_GROUPS)
 
-    queues = [sorted(group, key=weight) for group in builds.values()]
-    ordered = []
-    while any(queues):
-        for q in queues:
-            if q:
-                ordered.append(q.pop(0))
+    def interleave(queues: list[list]) -> list:
+        out = []
+        while any(queues):
+            for q in queues:
+                if q:
+                    out.append(q.pop(0))
+        return out
+
+    # Verilator builds first: they take longest.
+    queues = {key: sorted(group, key=weight)
+              for key, group in sorted(builds.items(), key=lambda kv: kv[0][0] != "verilator")}
+    heads = [q.pop(0) for q in queues.values()]
+    ordered = heads + interleave([q for (sim, _), q in queues.items() if sim != "verilator"]) \
+        + interleave([q for (sim, _), q in queues.items() if sim == "verilator"])
     placed = set(map(id, ordered))
-    items[:] = ordered + [i for i in items if id(i) not in placed]
+    slow = [i for i in items if id(i) not in placed and i.get_closest_marker("slow")]
+    fast = [i for i in items if id(i) not in placed and not i.get_closest_marker("slow")]
+    items[:] = ordered + slow + fast
 
 
 def simulators() -> list[str]:

@@ -1,17 +1,21 @@
 """Slow tier: the checkpoint logger and recovery in the whole device
 (``tb/test_ckpt.py``): the crash campaign on Verilator and Icarus.
 
-Each campaign group runs ``N_POINTS[sim]`` power failures at random cycles (plus the
-uncrashed measuring run), in the campaign and in the power-failure-during-recovery
-variant: 100 per CI run on Verilator (50 + 50 on ``small``) and 100 on Icarus (25 + 25
-on each of ``small`` and ``odd``). Points chain (each trains on from the state the
-previous recovery left), which keeps an Icarus point at about 2.5 to 3.5 s;
-``SEED=<n>`` replays a run.
+Each campaign test runs ``N_POINTS[sim]`` power failures at random cycles, in the
+campaign and in the power-failure-during-recovery variant: 100 per CI run on Verilator
+(50 + 50 on ``small``) and 100 on Icarus (25 + 25 on each of ``small`` and ``odd``).
+Points chain (each trains on from the state the previous recovery left). The points of
+each campaign test are spread over ``PARTS[sim]`` pytest items (one simulator run
+each, which formats the device and measures the uncrashed window first), so that no
+single item bounds the wall time of ``pytest -n auto`` on two cores. ``SEED=<n>``
+replays an item.
 """
 
 from __future__ import annotations
 
 import pytest
+
+from tb.groups import groups
 
 from .conftest import run_cocotb_group, sim_configs
 
@@ -21,18 +25,26 @@ CASES = sim_configs({"verilator": ("small",), "icarus": ("small", "odd")})
 
 #: Crash points per campaign test and simulator.
 N_POINTS = {"verilator": 50, "icarus": 25}
+#: Pytest items each campaign test's points are spread over.
+PARTS = {"verilator": 5, "icarus": 3}
 
-GROUPS: dict[str, list[str]] = {
-    "campaign": ["test_crash_campaign"],
-    "recovery": ["test_crash_during_recovery", "test_commit_just_before_crash"],
-    "bad_input": ["test_bad_batches_and_busy_recovery", "test_log_overflow",
-                  "test_mlp_checkpoint"],
-}
+#: ``{group: [cocotb test names]}``, from the ``@group`` tags in ``tb/test_ckpt.py``.
+GROUPS = groups("tb.test_ckpt")
+#: The groups of campaign tests, which take the ``part`` / ``parts`` parameters.
+CAMPAIGNS = ("campaign", "recovery")
+
+ITEMS = [pytest.param(sim, config, group, part,
+                      id=f"{sim}-{config}-{group}" + (f"-{part}" if group in CAMPAIGNS else ""))
+         for sim, config in CASES for group in GROUPS
+         for part in range(PARTS[sim] if group in CAMPAIGNS else 1)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("group", list(GROUPS))
-@pytest.mark.parametrize("sim, config", CASES)
-def test_ckpt(sim: str, config: str, group: str) -> None:
-    run_cocotb_group("tb.test_ckpt", config, sim, group, GROUPS[group],
-                     {"n_points": N_POINTS[sim]})
+@pytest.mark.parametrize("sim, config, group, part", ITEMS)
+def test_ckpt(sim: str, config: str, group: str, part: int) -> None:
+    params = {"n_points": N_POINTS[sim]}
+    label = group
+    if group in CAMPAIGNS:
+        params |= {"part": part, "parts": PARTS[sim]}
+        label = f"{group}-{part}"
+    run_cocotb_group("tb.test_ckpt", config, sim, label, GROUPS[group], params)

@@ -1,17 +1,22 @@
-"""Every cocotb test of the device's test benches runs in some pytest group.
+"""Every cocotb test of the device's test benches runs in exactly one pytest group.
 
 The slow tier runs cocotb tests by name, in groups (one simulator run each). A test that
 no group names never runs, silently; this happened to ``test_write_forward_progress``
-when its known-bug group was removed. The cocotb tests are found in the source
-(top-level ``async def`` decorated with ``cocotb.test``), without a simulator.
+when its known-bug group was removed. The benches tag each test with its group
+(``tb.groups.group``) and the pytest modules read the groups from the tags; the cocotb
+tests are also found in the source (top-level ``async def`` decorated with
+``cocotb.test``), so a test the tags miss is caught. No simulator is needed.
 """
 
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from tb import groups
 
 from . import test_ckpt_cocotb, test_coherence_cocotb, test_device_cocotb, test_engine_cocotb
 
@@ -26,33 +31,47 @@ def cocotb_tests(module: str) -> set[str]:
             and any("cocotb.test" in ast.unparse(d) for d in node.decorator_list)}
 
 
-def _named(groups: dict[str, list[str]]) -> set[str]:
-    return {name.split("/", 1)[0] for names in groups.values() for name in names}
-
-
-def _coherence_groups() -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for sim in ("verilator", "icarus"):
-        for config in ("small", "default"):
-            for group, names in test_coherence_cocotb.groups(sim, config).items():
-                out[f"{sim}-{config}-{group}"] = names
-    return out
-
-
-GROUPED = {
-    "test_device": lambda: test_device_cocotb.GROUPS,
-    "test_engine": lambda: test_engine_cocotb.GROUPS,
-    "test_ckpt": lambda: test_ckpt_cocotb.GROUPS,
-    "test_coherence": _coherence_groups,
+#: Modules whose groups come from the tests' tags, and the groups their pytest module runs.
+TAGGED = {
+    "test_device": test_device_cocotb.GROUPS,
+    "test_engine": test_engine_cocotb.GROUPS,
+    "test_ckpt": test_ckpt_cocotb.GROUPS,
 }
 
 
-@pytest.mark.parametrize("module", list(GROUPED))
-def test_every_cocotb_test_is_in_a_group(module: str) -> None:
+@pytest.mark.parametrize("module", list(TAGGED))
+def test_every_cocotb_test_is_tagged_and_run_once(module: str) -> None:
     defined = cocotb_tests(module)
     assert defined, f"no cocotb test found in tb/{module}.py"
-    named = _named(GROUPED[module]())
-    assert not defined - named, (f"cocotb tests of tb/{module}.py that no group runs: "
-                                 f"{sorted(defined - named)}")
-    assert not named - defined, (f"groups name tests tb/{module}.py does not define: "
-                                 f"{sorted(named - defined)}")
+    found = groups.cocotb_tests(f"tb.{module}")
+    assert set(found) == defined, (f"tb/{module}.py defines {sorted(defined)}, its import "
+                                   f"has {sorted(found)}")
+    untagged = sorted(name for name, (tag, _) in found.items() if tag is None)
+    assert not untagged, f"cocotb tests of tb/{module}.py without a @group tag: {untagged}"
+    want = Counter(n for _, names in found.values() for n in names)
+    run = Counter(n for names in TAGGED[module].values() for n in names)
+    assert run == want, (f"tb/{module}.py: variants no group runs "
+                         f"{sorted(want - run)}, run more than once or unknown "
+                         f"{sorted(run - want)}")
+
+
+def test_a_test_has_one_group() -> None:
+    with pytest.raises(ValueError, match="tagged with groups 'a' and 'b'"):
+        groups.group("b")(groups.group("a")(lambda dut: None))
+    with pytest.raises(ValueError, match="group name must be an identifier, not 'a b'"):
+        groups.group("a b")
+
+
+def test_coherence_groups_name_every_test() -> None:
+    """``tb/test_coherence.py`` is not tagged: its pytest module lists the variants per
+    simulator and config (Icarus runs the noisy ones only)."""
+    defined = cocotb_tests("test_coherence")
+    assert defined, "no cocotb test found in tb/test_coherence.py"
+    named = {name.split("/", 1)[0]
+             for sim in ("verilator", "icarus") for config in ("small", "default")
+             for names in test_coherence_cocotb.groups(sim, config).values()
+             for name in names}
+    assert not defined - named, (f"cocotb tests of tb/test_coherence.py that no group "
+                                 f"runs: {sorted(defined - named)}")
+    assert not named - defined, (f"groups name tests tb/test_coherence.py does not "
+                                 f"define: {sorted(named - defined)}")

@@ -16,9 +16,9 @@ replays a run; otherwise a fresh seed is drawn and printed.
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
+
+from tb.groups import groups
 
 from .conftest import run_cocotb_group, sim_configs
 
@@ -36,29 +36,8 @@ N_TXN = {
 N_DIRECTED = {"verilator": 2000, "icarus": 1000}
 
 
-def _variants(test: str, *more: str) -> list[str]:
-    """cocotb names of a test parametrized over idle x backpressure (x ``more``:
-    further ``"/name=value"`` choices of one more parameter)."""
-    return [f"{test}/idle={i}/backpressure={b}{m}"
-            for i, b in itertools.product((False, True), repeat=2) for m in (more or [""])]
-
-
-GROUPS: dict[str, list[str]] = {
-    "random": _variants("test_random_traffic"),
-    "ordering": [*_variants("test_partial_writes"),
-                 *_variants("test_same_line_hazards", "/slow=reads", "/slow=writes"),
-                 "test_all_tags_in_flight", "test_opcode_responses",
-                 "test_write_forward_progress"],
-    "reset": [*_variants("test_reset_mid_traffic"), *_variants("test_power_failure"),
-              "test_power_failure_after_device_write"],
-    "bad_input": ["test_bad_out_of_range_read", "test_bad_out_of_range_write",
-                  "test_bad_reserved_req_opcode", "test_bad_reserved_rwd_opcode",
-                  "test_bad_poisoned_write", "test_bad_empty_partial_write",
-                  "test_bad_unexpected_fwd", "test_bad_pmem_response"],
-    "rate": ["test_endpoint_latency_and_rate"],
-    "csr": ["test_csr_identification", "test_hdm_reprogramming", "test_dev_load",
-            "test_perf_counters"],
-}
+#: ``{group: [cocotb test names]}``, from the ``@group`` tags in ``tb/test_device.py``.
+GROUPS = groups("tb.test_device")
 
 
 @pytest.mark.slow

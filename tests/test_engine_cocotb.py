@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from tb.groups import groups
+
 from .conftest import run_cocotb_group, sim_configs
 
 #: Presets per simulator; ``CONFIG=<preset or .toml>`` runs one config on every simulator.
@@ -20,17 +22,8 @@ CASES = sim_configs({"verilator": ("small",), "icarus": ("odd",)})
 N_DESC = {"verilator": 12, "icarus": 6}
 
 
-def _variants(test: str) -> list[str]:
-    return [f"{test}/idle={i}/backpressure={b}" for i in (False, True) for b in (False, True)]
-
-
-GROUPS: dict[str, list[str]] = {
-    "lookup": [*_variants("test_lookup_random"), "test_lookup_long_bags",
-               "test_lookup_specials"],
-    "update": [*_variants("test_update_random"), "test_fence_commit_nop_and_wrap"],
-    "control": ["test_ring_overrun", "test_engine_counters_and_status",
-                "test_driver_over_cxl_with_host_traffic", "test_bad_descriptors"],
-}
+#: ``{group: [cocotb test names]}``, from the ``@group`` tags in ``tb/test_engine.py``.
+GROUPS = groups("tb.test_engine")
 
 
 @pytest.mark.slow
