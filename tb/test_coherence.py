@@ -76,6 +76,21 @@ def _batch(rng: np.random.Generator, rows: int) -> Batch:
     return Batch(idx, off, False, weights)
 
 
+async def _updates(drv: CoherentDriver, tables, rng, rounds: int) -> None:
+    """``rounds`` doorbells of one UPDATE each (a random table, unweighted, small random
+    gradients, batch ids 1 ..), each completing with status OK."""
+    mark = drv.heap.next
+    for r in range(rounds):
+        drv.heap.release(mark)
+        t = tables[int(rng.integers(len(tables)))]
+        b = _batch(rng, t.rows)
+        b.weights = None
+        grads = (rng.standard_normal((len(b.offsets), t.dim)) * 0.05).astype(np.float32)
+        exp = await drv.update(t, b, grads, batch_id=r + 1)
+        await drv.run()
+        assert exp.status is Status.OK, exp.status
+
+
 async def _lookups(bench: CohBench, drv: CoherentDriver, tables, rng, rounds: int, *,
                    after_round=None) -> None:
     """``rounds`` doorbells of 1 to 3 LOOKUPs each; then the GPU reads every output line
@@ -164,16 +179,7 @@ async def test_update_through_host_cache(dut, noise, bias):
     drv, tables, (tp, tn), _ = await _layout(bench, rng)
     if bias == "device":
         await bench.flip(tp, tn)
-    mark = drv.heap.next
-    for r in range(tb.params.get("n_desc", 3)):
-        drv.heap.release(mark)
-        t = tables[int(rng.integers(len(tables)))]
-        b = _batch(rng, t.rows)
-        b.weights = None
-        grads = (rng.standard_normal((len(b.offsets), t.dim)) * 0.05).astype(np.float32)
-        exp = await drv.update(t, b, grads, batch_id=r + 1)
-        await drv.run()
-        assert exp.status is Status.OK, exp.status
+    await _updates(drv, tables, rng, tb.params.get("n_desc", 3))
     agent = bench.agent
     for t in tables:
         first = t.base // LINE_BYTES
@@ -555,16 +561,7 @@ async def test_host_bias_writes_mem_rd_fwd(dut, noise):
     tb = bench.tb
     rng = np.random.default_rng(tb.rng.getrandbits(64))
     drv, tables, _, _ = await _layout(bench, rng)
-    mark = drv.heap.next
-    for r in range(tb.params.get("n_desc", 3)):
-        drv.heap.release(mark)
-        t = tables[int(rng.integers(len(tables)))]
-        b = _batch(rng, t.rows)
-        b.weights = None
-        grads = (rng.standard_normal((len(b.offsets), t.dim)) * 0.05).astype(np.float32)
-        exp = await drv.update(t, b, grads, batch_id=r + 1)
-        await drv.run()
-        assert exp.status is Status.OK, exp.status
+    await _updates(drv, tables, rng, tb.params.get("n_desc", 3))
     await _lookups(bench, drv, tables, rng, 1)
     await bench.check_errors()
     await bench.finish()
