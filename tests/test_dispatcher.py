@@ -91,7 +91,7 @@ def _run(seed: int, *, queue: int, n_desc: int, idle: float, bp: float) -> dict:
                 head = todo.popleft()
                 ctx.set(dut.i_desc.p.desc.as_value(), pack(Descriptor, head))
                 ctx.set(dut.i_desc.p.seq, seq)
-            if head is None and not running and rng.random() < 0.05:
+            if head is None and not running and rng.random() < 0.2:
                 log_on = rng.random() < 0.8
                 stop_left = rng.randint(1, 10)      # a recovery runs meanwhile
             valid = head is not None
