@@ -41,7 +41,6 @@ from .cxl.messages import (
     M2SRwD,
 )
 from .engine.engine import Engine
-from .widths import zext
 
 __all__ = ["DCOH_CQID_BASE", "PMEM_REGISTER_RESPONSES", "Device"]
 
@@ -194,8 +193,7 @@ class Device(wiring.Component):
         # registers hold bits [51:12] (4 KiB granules).
         granule_lines = Const(0, HDM_GRANULE.bit_length() - 1 - 6)
         hdm_base = Cat(granule_lines, regs.hdm_base_lo.addr, regs.hdm_base_hi.addr)
-        hdm_size = zext(Cat(granule_lines, regs.hdm_size_lo.addr, regs.hdm_size_hi.addr),
-                        len(endpoint.hdm_size))
+        hdm_size = Cat(granule_lines, regs.hdm_size_lo.addr, regs.hdm_size_hi.addr)
         m.d.comb += [
             endpoint.hdm_base.eq(hdm_base),
             endpoint.hdm_size.eq(hdm_size),
@@ -232,11 +230,10 @@ class Device(wiring.Component):
     def _engine_registers(self, m: Module, regs, engine) -> None:
         """The engine's ring, doorbell, head, errors and counters, and the checkpoint
         logger's and recovery's registers (docs/checkpoint.md)."""
-        aw = self._config.pmem_addr_width
         m.d.comb += [
-            engine.ring_base.eq(zext(Cat(regs.eng_ring_base_lo, regs.eng_ring_base_hi), aw)),
+            engine.ring_base.eq(Cat(regs.eng_ring_base_lo, regs.eng_ring_base_hi)),
             engine.ring_order.eq(regs.eng_ring_order),
-            engine.cq_base.eq(zext(Cat(regs.eng_cq_base_lo, regs.eng_cq_base_hi), aw)),
+            engine.cq_base.eq(Cat(regs.eng_cq_base_lo, regs.eng_cq_base_hi)),
             engine.tail.eq(regs.eng_tail),
             regs.eng_head.eq(engine.head),
             regs.eng_status.busy.eq(engine.busy),

@@ -6,17 +6,21 @@ Verilator's WIDTH warnings (``sim/lint.py``); new code writes the plain operator
 (``v == c``, ``v < c``, an assignment or ``v.as_unsigned()``), and these remain for the
 modules that still call them.
 
+``at_least`` is ``>=`` against a constant, folded where the operand's width decides it
+(a plain comparison that can never be true is Verilator's CMPCONST warning).
+
 Also the small building blocks several blocks share: parameter checks (``is_int``,
-``is_pow2``), and named combinational nodes (``named``, ``lowest_set``, ``onehot``,
-``select_bit``), since Amaranth emits an expression once per use.
+``is_pow2``, ``check_int``, ``check_pow2``), and named combinational nodes (``named``,
+``lowest_set``, ``onehot``, ``select_bit``), since Amaranth emits an expression once per
+use.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import C, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import C, Cat, Const, Module, Mux, Signal, Value
 
-__all__ = ["eq_const", "is_int", "is_pow2", "lowest_set", "lt_const", "named", "onehot",
-           "select_bit", "zext"]
+__all__ = ["at_least", "check_int", "check_pow2", "eq_const", "is_int", "is_pow2",
+           "lowest_set", "lt_const", "named", "onehot", "select_bit", "zext"]
 
 
 def eq_const(value, const: int):
@@ -41,6 +45,19 @@ def lt_const(value, const: int):
     return high_zero & (value[:width] < const)
 
 
+def at_least(value, const: int):
+    """Unsigned ``value >= const`` for a constant ``const > 0``, folded to a constant
+    where the width decides it: a plain ``>=`` against a constant that the operand's
+    width cannot reach is what Verilator reports as CMPCONST."""
+    value = Value.cast(value).as_unsigned()
+    width = const.bit_length()
+    if len(value) < width:
+        return C(0, 1)
+    if len(value) == width:
+        return value >= const
+    return value[width:].any() | (value[:width] >= const)
+
+
 def zext(value, width: int):
     """``value`` zero-extended (or truncated) to ``width`` bits."""
     value = value.as_value() if hasattr(value, "as_value") else value
@@ -52,6 +69,22 @@ def zext(value, width: int):
 def is_int(value) -> bool:
     """``value`` is an ``int`` and not a ``bool`` (for parameter validation)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(name: str, value, lo: int, hi: int) -> int:
+    """``value`` if it is an ``int`` from ``lo`` to ``hi``; otherwise a ``ValueError``
+    naming the parameter and the bad value (for constructors' parameter checks)."""
+    if not is_int(value) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer from {lo} to {hi}, not {value!r}")
+    return value
+
+
+def check_pow2(name: str, value, lo: int, hi: int) -> int:
+    """As :func:`check_int`, and ``value`` a power of two."""
+    check_int(name, value, lo, hi)
+    if value & (value - 1):
+        raise ValueError(f"{name} must be a power of two, not {value}")
+    return value
 
 
 def is_pow2(value) -> bool:

@@ -30,8 +30,6 @@ __all__ = [
     "OPERANDS",
     "QNAN",
     "Step",
-    "add",
-    "at_least",
     "check_stages",
     "cut_points",
     "lzc",
@@ -42,7 +40,6 @@ __all__ = [
     "shift_left",
     "shift_right_sticky",
     "signal",
-    "sub",
     "unpack",
 ]
 
@@ -156,59 +153,6 @@ def _operand(x: Value | int) -> Value:
     if isinstance(x, int):
         return C(x, max(1, x.bit_length()))
     return Value.cast(x).as_unsigned()
-
-
-def _extend(low: Value, out: Value, width: int, *, borrow: bool) -> Value:
-    """``low`` plus its carry (zero-extended) or borrow (sign-extended) to ``width``."""
-    if width <= len(low):
-        return low[:width]
-    if borrow:
-        return Cat(low, out.replicate(width - len(low)))
-    return Cat(low, out, C(0, width - len(low) - 1))[:width]
-
-
-def add(x: Value | int, y: Value | int, width: int) -> Value:
-    """``(x + y) mod 2**width`` for unsigned ``x`` and ``y``.
-
-    ``add``, ``sub`` and ``at_least`` avoid mixed operand widths; since ``make lint``
-    waives Verilator's WIDTH warnings, new code writes ``(x + y)[:width]`` (or assigns
-    ``x + y`` to a ``width``-bit signal), ``x - y`` and ``x >= k`` instead."""
-    x, y = _operand(x), _operand(y)
-    if len(y) > len(x):
-        x, y = y, x
-    n = len(y)
-    if n in (1, len(x)):
-        total = x + y
-        return _extend(total[:len(x)], total[len(x)], width, borrow=False)
-    low = x[:n] + y
-    high = x[n:] + low[n]
-    return _extend(Cat(low[:n], high[:-1]), high[-1], width, borrow=False)
-
-
-def sub(x: Value | int, y: Value | int, width: int) -> Value:
-    """``(x - y) mod 2**width`` for unsigned ``x`` and ``y``."""
-    x, y = _operand(x), _operand(y)
-    if len(y) > len(x):
-        # -(y - x): the negation is a unary operator, which has no width to mismatch.
-        return (-sub(y, x, width))[:width]
-    n = len(y)
-    if n in (1, len(x)):
-        diff = (x - y).as_unsigned()
-        return _extend(diff[:len(x)], diff[len(x)], width, borrow=True)
-    low = (x[:n] - y).as_unsigned()
-    high = (x[n:] - low[n]).as_unsigned()
-    return _extend(Cat(low[:n], high[:-1]), high[-1], width, borrow=True)
-
-
-def at_least(x: Value, k: int) -> Value:
-    """Unsigned ``x >= k`` for a constant ``k > 0``."""
-    x = _operand(x)
-    bits = k.bit_length()
-    if len(x) < bits:
-        return C(0, 1)
-    if len(x) == bits:
-        return x >= k
-    return x[bits:].any() | (x[:bits] >= k)
 
 
 def negative(x: Value) -> Value:

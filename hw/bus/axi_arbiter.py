@@ -11,8 +11,7 @@ from amaranth.hdl import C, Cat, Module, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arith.fp32 import add
-from ..widths import eq_const, named
+from ..widths import named
 from .axi import AXI4Signature
 
 __all__ = ["AxiArbiter"]
@@ -48,7 +47,7 @@ def _encode(onehot: list[Value], width: int) -> Value:
 
 def _decode(value: Value, n: int) -> list[Value]:
     """``[value == i for i in range(n)]``."""
-    return [eq_const(value, i) for i in range(n)]
+    return [value == i for i in range(n)]
 
 
 class AxiArbiter(wiring.Component):
@@ -220,7 +219,7 @@ class AxiArbiter(wiring.Component):
         for c in range(1, len(classes)):
             count = Signal(range(self._starvation_limit + 1), name=f"{name}_wait{c}")
             counters.append(count)
-            starving.append(named(m, eq_const(count, self._starvation_limit) & any_req[c],
+            starving.append(named(m, (count == self._starvation_limit) & any_req[c],
                                   f"{name}_starving{c}"))
         any_starving = named(m, _any(starving), f"{name}_any_starving")
         by_starving = list(reversed(_lowest(list(reversed(starving)))))
@@ -235,7 +234,7 @@ class AxiArbiter(wiring.Component):
                 with m.If(~any_req[c] | (advance & chosen[c])):
                     m.d.sync += count.eq(0)
                 with m.Elif(advance & granted_more_urgent):
-                    m.d.sync += count.eq(add(count, 1, len(count)))
+                    m.d.sync += count.eq(count + 1)
             granted_more_urgent = granted_more_urgent | chosen[c]
 
         grant = [None] * len(reqs)

@@ -12,6 +12,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from hw.bus.axi import AXI4Signature
+from hw.widths import check_int, check_pow2
 
 from .dedup_filter import DedupFilter, filter_index
 from .formats import HEADER, LINE_BITS, LOG_MAGIC, line_sum, sum64_finish
@@ -30,19 +31,6 @@ UNDO_IN = data.StructLayout({
     "row_addr": 48,         # device byte address of the row's first line
     "n_lines": 8,           # lines of the row
 })
-
-
-def _check_int(name, value, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer from {lo} to {hi}, not {value!r}")
-    return value
-
-
-def _check_pow2(name, value, lo, hi):
-    _check_int(name, value, lo, hi)
-    if value & (value - 1):
-        raise ValueError(f"{name} must be a power of two, not {value}")
-    return value
 
 
 class UndoLogger(wiring.Component):
@@ -145,11 +133,11 @@ class UndoLogger(wiring.Component):
 
     def __init__(self, *, addr_width: int, id_width: int, max_slot_lines: int,
                  filter_rows: int = 256, fifo_lines: int = 64):
-        self._addr_width = _check_int("addr_width", addr_width, 14, 64)
-        self._id_width = _check_int("id_width", id_width, 1, 16)
-        self._max_slot_lines = _check_int("max_slot_lines", max_slot_lines, 2, 255)
-        self._filter_rows = _check_pow2("filter_rows", filter_rows, 2, 4096)
-        self._fifo_lines = _check_int("fifo_lines", fifo_lines, 2, 4096)
+        self._addr_width = check_int("addr_width", addr_width, 14, 64)
+        self._id_width = check_int("id_width", id_width, 1, 16)
+        self._max_slot_lines = check_int("max_slot_lines", max_slot_lines, 2, 255)
+        self._filter_rows = check_pow2("filter_rows", filter_rows, 2, 4096)
+        self._fifo_lines = check_int("fifo_lines", fifo_lines, 2, 4096)
         super().__init__({
             "enable": In(1),
             "log_base": In(addr_width),

@@ -11,6 +11,7 @@ from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.bus.axi import AXI4Signature
+from hw.widths import check_int
 
 from .formats import COMMIT_MAGIC, COMMIT_WORD_ADDR, LINE_BITS
 from .line_reader import LineReader, ReadMode
@@ -28,12 +29,6 @@ class Status(enum.Enum, shape=2):
     NO_SUPERBLOCK = 1
     PMEM_ERROR = 2
     BAD_LAYOUT = 3
-
-
-def _check_int(name, value, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer from {lo} to {hi}, not {value!r}")
-    return value
 
 
 def _forward(m, outer, inner, prefixes):
@@ -138,10 +133,10 @@ class Recovery(wiring.Component):
 
     def __init__(self, *, addr_width: int, id_width: int, max_slot_lines: int,
                  max_reads: int = 128):
-        self._addr_width = _check_int("addr_width", addr_width, 16, 64)
-        self._id_width = _check_int("id_width", id_width, 1, 16)
-        self._max_slot_lines = _check_int("max_slot_lines", max_slot_lines, 2, 255)
-        self._max_reads = _check_int("max_reads", max_reads, 1, 256)
+        self._addr_width = check_int("addr_width", addr_width, 16, 64)
+        self._id_width = check_int("id_width", id_width, 1, 16)
+        self._max_slot_lines = check_int("max_slot_lines", max_slot_lines, 2, 255)
+        self._max_reads = check_int("max_reads", max_reads, 1, 256)
         super().__init__({
             "start": In(1),
             "busy": Out(1),

@@ -9,7 +9,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..widths import eq_const, is_int
+from ..widths import is_int
 from .dcoh import CHK_RSP
 from .mem_endpoint import hdm_decode
 from .messages import M2SReq, M2SReqOpcode, M2SRwD, M2SRwDOpcode, MetaField, MetaValue
@@ -121,15 +121,14 @@ class M2sRouter(wiring.Component):
         req_range, req_line = decode(req.address[1:], "req")
         rwd_range, rwd_line = decode(rwd.address, "rwd")
         def opcode_in(opcode, *values):
-            return Cat(*(eq_const(opcode, v.value) for v in values)).any()
+            return Cat(*(opcode == v.value for v in values)).any()
 
         req_fwd = opcode_in(req.opcode, M2SReqOpcode.MemRdFwd, M2SReqOpcode.MemWrFwd)
         # A MemInv / MemInvNT that asks for Meta0-State Any or Shared grants the host a
         # copy (Cmp-E / Cmp-S) exactly as a read does, so it takes the same check.
         inv_claim = (opcode_in(req.opcode, M2SReqOpcode.MemInv, M2SReqOpcode.MemInvNT) &
-                     eq_const(req.meta_field, MetaField.Meta0State.value) &
-                     (eq_const(req.meta_value, MetaValue.Any.value) |
-                      eq_const(req.meta_value, MetaValue.Shared.value)))
+                     (req.meta_field == MetaField.Meta0State) &
+                     ((req.meta_value == MetaValue.Any) | (req.meta_value == MetaValue.Shared)))
         req_chk = req_range & (opcode_in(req.opcode, M2SReqOpcode.MemRd, M2SReqOpcode.MemRdData)
                                | inv_claim)
         rwd_chk = rwd_range & opcode_in(rwd.opcode, M2SRwDOpcode.MemWr, M2SRwDOpcode.MemWrPtl)

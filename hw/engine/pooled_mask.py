@@ -9,7 +9,7 @@ from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.arith.fp32 import at_least
+from hw.widths import at_least
 
 from .pool_reduce import POOLED
 
