@@ -32,7 +32,7 @@ __all__ = [
     "IMM_FIFO_DEPTH",
     "ErrorChannel",
     "ErrorInfo",
-    "MemEndpoint",
+    "MemEndpointRef",
     "MemError",
     "PerfEvents",
     "dev_load_thresholds",
