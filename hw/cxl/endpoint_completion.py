@@ -34,7 +34,7 @@ class EndpointCompletion(wiring.Component):
     ``i_issue`` writes a request's context (echoed fields, NDR opcode, opcode, bucket,
     device line) into the slot table at its slot; its R / B beat (ID = slot) reads it
     back. Stage S0 takes one of {R beat, B beat, immediate entry} per cycle,
-    round-robin (after reset R has priority, then B, then the immediate FIFO), and
+    round-robin (after reset B has priority, then the immediate FIFO, then R), and
     reads the slot table; stage S1 holds it until every output register it needs can
     load: an R beat loads DRS MemData (Poison set for an RRESP other than OKAY) and the
     NDR, a B beat the NDR, an immediate entry the NDR, or DRS MemData-NXM alone (all-ones
