@@ -105,6 +105,13 @@ class MemEndpoint(wiring.Component):
     table one cycle after its R / B beat is taken. Bucket collisions only delay.
     Completions of different requests return in PMEM response order, so out of order.
 
+    Composed of :class:`~hw.cxl.m2s_decoder.M2SDecoder`,
+    :class:`~hw.cxl.endpoint_admission.EndpointAdmission`,
+    :class:`~hw.cxl.slot_tracker.SlotTracker`,
+    :class:`~hw.cxl.ordering_table.OrderingTable` and
+    :class:`~hw.cxl.endpoint_completion.EndpointCompletion`
+    (``docs/mem-endpoint.md``, "Micro-architecture").
+
     Parameters
     ----------
     config:
