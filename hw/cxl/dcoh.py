@@ -7,7 +7,7 @@ See :class:`Dcoh` and ``docs/dcoh.md``.
 
 from __future__ import annotations
 
-from amaranth.hdl import C, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -15,11 +15,13 @@ from amaranth.lib.wiring import In, Out
 from ..csr.error_log import ErrorLog
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
-from ..widths import lowest_set, lt_const, named, onehot
-from ..widths import select_bit as _bit
+from ..widths import named
 from .bias_flip import FLIP_STATUS, BiasFlip, flip_layout
-from .cache_agent import TAG_BITS
+from .bias_table import BiasTable
 from .dcoh_answers import ANSWER_INFO, DcohAnswers
+from .dcoh_grants import DcohGrants, grant_layout
+from .entry_allocator import ACC_REQ, ENTRY_INFO, LINE_BITS, EntryAllocator
+from .entry_pages import EntryPages
 from .host_check import HostCheck
 from .messages import D2HReq, D2HReqOpcode, H2DData, H2DRsp, M2SReq
 
@@ -33,19 +35,11 @@ __all__ = [
     "grant_layout",
 ]
 
-#: Width of a line address, device (offset in the HDM) or host (Addr[51:6]).
-LINE_BITS = 46
-
 #: Width of a CQID (CXL 2.0 §3.2.3; ``docs/cxl-encodings.md``).
 _CQID_BITS = 12
 
 #: Bytes per line: a page holds ``page_bytes // 64`` lines.
 _LINE_BYTES = 64
-
-#: A device access asking for permission: ``line`` is the device line address (the line's
-#: offset from the start of device memory, in lines), ``write`` the access kind, ``tag``
-#: the user's, returned with the grant.
-ACC_REQ = data.StructLayout({"line": LINE_BITS, "write": 1, "tag": TAG_BITS})
 
 #: The answer to a host check: ``flipped`` the page was in device bias and has been
 #: flipped back to host bias; ``error`` the line was beyond device memory (nothing done).
@@ -76,21 +70,24 @@ class DcohError:
     COUNT = 11
 
 
-def grant_layout(handle_bits: int) -> data.StructLayout:
-    """``o_grant`` payload for handles of ``handle_bits`` bits: ``tag``, ``handle``,
-    ``error``, ``host_bias``, ``denied`` (shared with the users' grant inputs).
-    ``denied`` (always with ``error``): the host refused the line (GO-Err), so the access
-    must not touch memory; ``error`` without ``denied``: the line is beyond device
-    memory."""
-    return data.StructLayout({"tag": TAG_BITS, "handle": handle_bits, "error": 1,
-                              "host_bias": 1, "denied": 1})
-
-
-#: Entry info, written when a CQID / handle is allocated.
-_INFO = data.StructLayout({"host_line": LINE_BITS, "tag": TAG_BITS, "claim": 1,
-                           "host_bias": 1, "error": 1})
-
-
+def _raise_errors(m: Module, log: ErrorLog, raised: dict) -> None:
+    """Wires ``raised`` (kind: ``(flag, details)``, the details an ``ANSWER_INFO`` value
+    or an ``(opcode, id, address)`` tuple) into the error log's inputs."""
+    names = {v: k.lower() for k, v in vars(DcohError).items() if k.isupper() and k != "COUNT"}
+    kinds = []
+    for kind in range(DcohError.COUNT):
+        flag, details = raised[kind]
+        kinds.append(named(m, flag, f"err_{names[kind]}"))
+        slot = log.i_info[kind]
+        if isinstance(details, tuple):
+            m.d.comb += [slot.opcode.eq(details[0]), slot.id.eq(details[1]),
+                         slot.address.eq(details[2])]
+        else:
+            m.d.comb += slot.eq(details)
+    # One signal per kind, joined by one assignment: a bit assigned on its own becomes a
+    # one-line ``always @*`` in the Verilog, which Icarus runs only once its inputs
+    # change, so a kind never raised stayed X there.
+    m.d.comb += log.i_raise.eq(Cat(*kinds))
 
 
 class Dcoh(wiring.Component):
@@ -365,319 +362,115 @@ class Dcoh(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self._cqids
-        k = n.bit_length() - 1                          # handle / entry index bits
-        shift = self.lines_per_page.bit_length() - 1    # log2(lines per page)
+        lpp = self.lines_per_page
         pb = self._flip_layout["first_page"].width     # page number bits
-        depth = max(self._pages, 2)     # a depth-1 memory would have a zero-width address
-        total_lines = self._pages << shift
 
-        def page_of(line):
-            return line[shift:shift + pb]
-
-        # --- the parts: answers from the host, host checks, flip command, error log -------
+        # --- the parts ----------------------------------------------------------------------
+        m.submodules.bias_table = table = BiasTable(pages=self._pages, page_bits=pb)
+        m.submodules.allocator = alloc = EntryAllocator(
+            pages=self._pages, lines_per_page=lpp, entries=n, cqid_base=self._cqid_base,
+            read_opcode=self._read_opcode)
         m.submodules.answers = ans = DcohAnswers(cqids=n, cqid_base=self._cqid_base)
+        m.submodules.grants = grants = DcohGrants(entries=n)
+        m.submodules.entry_pages = pages = EntryPages(
+            pages=self._pages, lines_per_page=lpp, entries=n, line_bits=LINE_BITS)
         m.submodules.check = chk = HostCheck(
-            total_lines=total_lines, lines_per_page=self.lines_per_page, page_bits=pb,
+            total_lines=self._pages * lpp, lines_per_page=lpp, page_bits=pb,
             entries=n, chk_layout=CHK_RSP, line_bits=LINE_BITS)
-        m.submodules.flip = flip = BiasFlip(pages=self._pages,
-                                            lines_per_page=self.lines_per_page, entries=n)
+        m.submodules.flip = flip = BiasFlip(pages=self._pages, lines_per_page=lpp, entries=n)
         m.submodules.errors = log = ErrorLog(kinds=DcohError.COUNT, info=ANSWER_INFO)
         for port in ("i_fwd", "i_h2d_rsp", "i_h2d_data"):
             wiring.connect(m, wiring.flipped(getattr(self, port)), getattr(ans, port))
+        wiring.connect(m, wiring.flipped(self.i_acc), alloc.i_acc)
+        wiring.connect(m, alloc.o_d2h_req, wiring.flipped(self.o_d2h_req))
+        wiring.connect(m, grants.o_grant, wiring.flipped(self.o_grant))
+        wiring.connect(m, wiring.flipped(self.i_done), grants.i_done)
         wiring.connect(m, wiring.flipped(self.i_host_chk), chk.i_chk)
         wiring.connect(m, chk.o_chk, wiring.flipped(self.o_host_chk))
-        m.d.comb += [
-            flip.i_start.eq(self.i_flip_start), flip.i_cmd.eq(self.i_flip),
-            self.o_flip.eq(flip.o_status),
-            log.i_clear.eq(self.i_err_clear), self.o_err_set.eq(log.o_set),
-            self.o_err_status.eq(log.o_status), self.o_err_first.eq(log.o_first),
-        ]
 
-        # --- bias table ------------------------------------------------------------------
-        m.submodules.bias = bias = Memory(shape=1, depth=depth, init=[])
-        bias_wr = bias.write_port()
-        # Transparent: a decision taken in cycle d uses the value read in d - 1, which
-        # includes a write in d - 1. The race arguments in docs/dcoh.md rely on it.
-        bias_acc = bias.read_port(transparent_for=(bias_wr,))
-        bias_chk = bias.read_port(transparent_for=(bias_wr,))
-        bias_flip = bias.read_port(transparent_for=(bias_wr,))
-        clearing = Signal(init=1)       # reset sweep: write host bias everywhere
-        clr_addr = Signal(range(depth))
-        m.d.comb += [
-            bias_chk.addr.eq(chk.o_bias_addr), bias_chk.en.eq(chk.o_bias_en),
-            chk.i_bias_dev.eq(bias_chk.data[0]), chk.i_sweeping.eq(clearing),
-            bias_flip.addr.eq(flip.o_page), flip.i_bias_dev.eq(bias_flip.data[0]),
-            flip.i_sweeping.eq(clearing),
-        ]
-        # Writes: the reset sweep, then the check, then the flip.
-        with m.If(clearing):
-            m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(clr_addr), bias_wr.data.eq(0)]
-            m.d.sync += clr_addr.eq(clr_addr + 1)
-            with m.If(clr_addr == depth - 1):
-                m.d.sync += clearing.eq(0)
-        with m.Elif(chk.o_wr_req):
-            m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(chk.o_page), bias_wr.data.eq(0),
-                         chk.i_wr_go.eq(1)]
-        with m.Elif(flip.o_wr_req):
-            m.d.comb += [bias_wr.en.eq(1), bias_wr.addr.eq(flip.o_page),
-                         bias_wr.data.eq(flip.o_wr_val), flip.i_wr_go.eq(1)]
-
-        # --- entries: CQIDs and grant handles ---------------------------------------------
-        s_wait = Signal(n)      # access sent to the host, waiting for its forward
-        s_claim = Signal(n)     # RdOwnNoData of a flip, waiting for its answer
-        s_ready = Signal(n)     # permitted, grant waiting to be picked
-        s_out = Signal(n)       # permitted, grant in the output register
-        s_granted = Signal(n)   # grant delivered, done expected
-        s_errg = Signal(n)      # error grant waiting to be picked
-        s_eout = Signal(n)      # error grant in the output register
-        e_page = [Signal(pb, name=f"e_page{i}") for i in range(n)]
-        # Line within the page, and "permitted by a forward" (host bias): a host check
-        # waits for such an access only when it is to the same line (see "Host check").
-        lo_bits = max(1, shift)
-        e_lo = [Signal(lo_bits, name=f"e_lo{i}") for i in range(n)]
-        e_fwd = Signal(n)
-        e_write = Signal(n)     # the access is a write (RdOwn)
-        e_denied = Signal(n)    # the host answered GO-Err: the grant is ``denied``
-        m.submodules.info = info_mem = Memory(shape=_INFO, depth=n, init=[])
-        info_wr = info_mem.write_port()
-        # The forward check reads an entry in the cycle its forward is taken; an entry
-        # allocated in that very cycle must be seen with its new contents.
-        info_f = info_mem.read_port(transparent_for=(info_wr,))
-        # The grant reads an entry at least one cycle after it was written.
-        info_g = info_mem.read_port(transparent_for=())
+        # The entry memory: what each entry was allocated for. The forward check reads an
+        # entry in the cycle its forward is taken, so an entry allocated in that very
+        # cycle must be seen with its new contents; the grant reads an entry at least one
+        # cycle after it was written.
+        m.submodules.info = info = Memory(shape=ENTRY_INFO, depth=n, init=[])
+        info_wr = info.write_port()
+        info_fwd = info.read_port(transparent_for=(info_wr,))
+        info_grant = info.read_port(transparent_for=())
+        waiting = Signal(n)     # access sent to the host, waiting for its forward
+        claiming = Signal(n)    # RdOwnNoData of a flip, waiting for its answer
         free = Signal(n)
-        tracked = Signal(n)     # permitted and not done: what the drains wait for
         m.d.comb += [
-            free.eq(~(s_wait | s_claim | s_ready | s_out | s_granted | s_errg | s_eout)),
-            tracked.eq(s_ready | s_out | s_granted),
-            ans.i_wait.eq(s_wait), ans.i_claim.eq(s_claim), ans.i_write.eq(e_write),
-            info_f.addr.eq(ans.o_info_addr), ans.i_info_line.eq(info_f.data.host_line),
-        ]
-        have_free = Signal()
-        alloc_idx = Signal(k)           # the lowest free entry
-        free_any, free_idx = lowest_set(m, free, "free")
-        m.d.comb += [have_free.eq(free_any), alloc_idx.eq(free_idx)]
-        alloc_oh = onehot(m, alloc_idx, n, "alloc_oh")
-
-        def page_match(page, name: str) -> Signal:
-            match = Signal(n, name=name)
-            m.d.comb += match.eq(Cat(*(e == page for e in e_page)))
-            return match
-
-        # Per-cycle state changes, applied together at the end.
-        set_wait, set_claim, set_ready, set_errg = Signal(n), Signal(n), Signal(n), Signal(n)
-        clr_granted = Signal(n)
-        picked_ok, picked_err = Signal(n), Signal(n)        # entries picked for o_grant
-        delivered_ok, delivered_err = Signal(n), Signal(n)  # grants transferred
-        clr_wait = named(m, ans.o_permitted | ans.o_denied, "clr_wait")
-
-        # --- stage B: the access's bias decision --------------------------------------------
-        acc = self.i_acc
-        ogr = self.o_grant
-        req = self.o_d2h_req
-        b_valid = Signal()
-        b = Signal(ACC_REQ)
-        b_go = Signal()
-        b_page = page_of(b.line)
-        b_in = named(m, b.line < total_lines, "b_in")
-        b_dev = bias_acc.data[0]
-        m.d.comb += [
-            acc.ready.eq(~clearing & (~b_valid | b_go)),
-            # A stalled decision re-reads its page, so it never acts on a stale bias.
-            bias_acc.addr.eq(Mux(b_valid & ~b_go, b_page, page_of(acc.p.line))),
-        ]
-        with m.If(acc.ready):
-            m.d.sync += b_valid.eq(acc.valid)
-            with m.If(acc.valid):
-                m.d.sync += b.eq(acc.payload)
-
-        # Every access takes an entry, even one granted with error, so that no decision
-        # waits for the grant output: the grant picker delivers them.
-        b_err_acc = b_valid & ~b_in
-        b_dev_acc = b_valid & b_in & b_dev
-        b_host_acc = b_valid & b_in & ~b_dev
-        req_free = ~req.valid | req.ready
-        b_res = Signal()
-        m.d.comb += b_res.eq(b_valid & have_free & (~b_host_acc | req_free))
-
-        # Claims of the flip compete with stage B for the allocator and the D2H register.
-        c_res = Signal()
-        c_go = Signal()
-        m.d.comb += c_res.eq(flip.o_claim_want & have_free & req_free)
-
-        prefer_claim = Signal()         # round robin between accesses and claims
-        m.d.comb += [
-            b_go.eq(b_res & ~(c_res & prefer_claim)),
-            c_go.eq(c_res & ~b_go),
-            flip.i_claim_go.eq(c_go),
-        ]
-        alloc_any = named(m, b_go | c_go, "alloc_any")
-        with m.If(c_go):
-            m.d.sync += prefer_claim.eq(0)
-        with m.Elif(b_go):
-            m.d.sync += prefer_claim.eq(1)
-
-        # Allocation (one per cycle) and the D2H Req register.
-        c_dev_line = flip.o_claim_line              # the line being claimed
-        b_host_line = Signal(LINE_BITS)
-        c_host_line = Signal(LINE_BITS)
-        cqid = Const(self._cqid_base, _CQID_BITS) | alloc_idx
-        m.d.comb += [
-            b_host_line.eq(self.hdm_base + b.line),
-            c_host_line.eq(self.hdm_base + c_dev_line),
-            info_wr.en.eq(alloc_any),
-            info_wr.addr.eq(alloc_idx),
-            # An error grant keeps the requested (device) line for the error record.
-            info_wr.data.host_line.eq(Mux(c_go, c_host_line,
-                                          Mux(b_err_acc, b.line, b_host_line))),
-            info_wr.data.tag.eq(b.tag),
-            info_wr.data.claim.eq(c_go),
-            info_wr.data.host_bias.eq(b_host_acc & ~c_go),
-            info_wr.data.error.eq(b_err_acc & ~c_go),
-            set_wait.eq(Mux(b_go & b_host_acc, alloc_oh, 0)),
-            set_claim.eq(Mux(c_go, alloc_oh, 0)),
-            set_errg.eq(Mux(b_go & b_err_acc, alloc_oh, 0) | ans.o_denied),
-        ]
-        new_page = named(m, Mux(c_go, flip.o_page, b_page), "new_page")
-        for i, e in enumerate(e_page):
-            with m.If(alloc_any & alloc_oh[i]):
-                m.d.sync += [e.eq(new_page), e_write[i].eq(b.write & ~c_go)]
-                if shift:
-                    m.d.sync += e_lo[i].eq(b.line[:shift])
-        rd_op = self._read_opcode.value
-        with m.If(b_go & b_host_acc):
-            m.d.sync += [
-                req.valid.eq(1),
-                req.p.opcode.eq(Mux(b.write, D2HReqOpcode.RdOwn.value, rd_op)),
-                req.p.cqid.eq(cqid),
-                req.p.address.eq(b_host_line),
-            ]
-        with m.Elif(c_go):
-            m.d.sync += [
-                req.valid.eq(1),
-                req.p.opcode.eq(D2HReqOpcode.RdOwnNoData.value),
-                req.p.cqid.eq(cqid),
-                req.p.address.eq(c_host_line),
-            ]
-        with m.Elif(req.ready):
-            m.d.sync += req.valid.eq(0)
-
-        # --- grants: a round-robin pick among the entries waiting, into o_grant ---------
-        m.d.comb += set_ready.eq(Mux(b_go & b_dev_acc, alloc_oh, 0) | ans.o_permitted)
-        cand = named(m, s_ready | s_errg, "cand")
-        g_ptr = Signal(k)               # the entry after the last one picked
-        g_idx = Signal(k)               # the entry whose grant is in o_grant
-        # lt_const folds the last bit's comparison, constant for a log2(n)-bit g_ptr
-        # (Verilator's CMPCONST otherwise).
-        above = named(m, Cat(*(lt_const(g_ptr, i + 1) for i in range(n))), "above")
-        pick_any, pick_wide = lowest_set(m, Cat(cand & above, cand), "pick")
-        pick_idx = pick_wide[:k]
-        pick_oh = onehot(m, pick_idx, n, "pick_oh")
-        g_load = ~ogr.valid | ogr.ready
-        g_denied = named(m, _bit(m, e_denied, g_idx, "grant_den"), "grant_denied")
-        pick = g_load & pick_any
-        m.d.comb += [
-            info_g.addr.eq(pick_idx),
-            info_g.en.eq(g_load),
-            # The payload is the read port's data, which holds while ``en`` is low.
-            ogr.p.tag.eq(info_g.data.tag),
-            ogr.p.error.eq(info_g.data.error | g_denied),
-            ogr.p.host_bias.eq(info_g.data.host_bias),
-            ogr.p.denied.eq(g_denied),
-            ogr.p.handle.eq(g_idx),
-            picked_ok.eq(Mux(pick, pick_oh & s_ready, 0)),
-            picked_err.eq(Mux(pick, pick_oh & s_errg, 0)),
-        ]
-        with m.If(g_load):
-            m.d.sync += ogr.valid.eq(pick_any)
-        with m.If(pick):
-            m.d.sync += [g_idx.eq(pick_idx), g_ptr.eq(pick_idx + 1)]
-        g_oh = onehot(m, g_idx, n, "grant_oh")
-        g_hs = ogr.valid & ogr.ready
-        m.d.comb += [
-            delivered_ok.eq(Mux(g_hs, g_oh & s_out, 0)),
-            delivered_err.eq(Mux(g_hs, g_oh & s_eout, 0)),
-        ]
-
-        # --- dones --------------------------------------------------------------------------
-        dn = self.i_done
-        d_oh = onehot(m, dn.payload, n, "done_oh")
-        d_hit = Signal()
-        m.d.comb += [
-            dn.ready.eq(1),
-            d_hit.eq(dn.valid & _bit(m, s_granted, dn.payload, "done_granted")),
-            clr_granted.eq(Mux(d_hit, d_oh, 0)),
-        ]
-
-        m.d.sync += [
-            s_wait.eq((s_wait & ~clr_wait) | set_wait),
-            e_fwd.eq((e_fwd & ~Mux(alloc_any, alloc_oh, 0)) | ans.o_permitted),
-            e_denied.eq((e_denied & ~Mux(alloc_any, alloc_oh, 0)) | ans.o_denied),
-            s_claim.eq((s_claim & ~ans.o_claims_done) | set_claim),
-            s_ready.eq((s_ready & ~picked_ok) | set_ready),
-            s_out.eq((s_out & ~delivered_ok) | picked_ok),
-            s_granted.eq((s_granted & ~clr_granted) | delivered_ok),
-            s_errg.eq((s_errg & ~picked_err) | set_errg),
-            s_eout.eq((s_eout & ~delivered_err) | picked_err),
-        ]
-        used = self.o_inflight
-        freed = Signal(3)
-        m.d.comb += freed.eq(ans.o_claims_back + d_hit + delivered_err.any())
-        m.d.sync += used.eq(used + alloc_any - freed)
-
-        # --- what the check and the flip wait for -------------------------------------------
-        # A check waits for the accesses to its page permitted before it (without this
-        # cycle's done: its entry leaves ``tracked`` only at the next edge), where an
-        # access permitted by its forward (host bias) counts only for its own line: the
-        # host ordered it with its forward, and waiting for it on other lines would
-        # deadlock a user that holds a granted line until another line of the same page
-        # is granted after a write-back the check is holding.
-        k_lo = chk.o_line[:shift] if shift else C(0, 1)
-        same_line = Cat(*(lo == k_lo for lo in e_lo)) if shift else C((1 << n) - 1, n)
-        m.d.comb += [
-            chk.i_snap.eq(page_match(chk.o_page, "chk_match") & tracked & ~clr_granted
-                          & (~e_fwd | same_line)),
-            chk.i_cleared.eq(clr_granted),
-            flip.i_page_tracked.eq(page_match(flip.o_page, "flip_match") & tracked
-                                   & ~clr_granted),
-            flip.i_cleared.eq(clr_granted),
+            free.eq(~(waiting | claiming | grants.o_held)),
+            # The bias table: the sweep first, then the check's write, then the flip's.
+            table.i_acc_page.eq(alloc.o_bias_page), alloc.i_bias_dev.eq(table.o_acc_dev),
+            table.i_chk_page.eq(chk.o_bias_addr), table.i_chk_en.eq(chk.o_bias_en),
+            chk.i_bias_dev.eq(table.o_chk_dev),
+            table.i_chk_wr.eq(chk.o_wr_req), table.i_chk_wr_page.eq(chk.o_page),
+            chk.i_wr_go.eq(table.o_chk_wr_go),
+            table.i_flip_page.eq(flip.o_page), flip.i_bias_dev.eq(table.o_flip_dev),
+            table.i_flip_wr.eq(flip.o_wr_req), table.i_flip_wr_dev.eq(flip.o_wr_val),
+            flip.i_wr_go.eq(table.o_flip_wr_go),
+            alloc.i_sweeping.eq(table.o_sweeping), chk.i_sweeping.eq(table.o_sweeping),
+            flip.i_sweeping.eq(table.o_sweeping),
+            # Allocation.
+            alloc.i_free.eq(free), alloc.i_hdm_base.eq(self.hdm_base),
+            alloc.i_claim_want.eq(flip.o_claim_want), alloc.i_claim_line.eq(flip.o_claim_line),
+            alloc.i_claim_page.eq(flip.o_page), flip.i_claim_go.eq(alloc.o_claim_go),
+            info_wr.en.eq(alloc.o_info_en), info_wr.addr.eq(alloc.o_info_addr),
+            info_wr.data.eq(alloc.o_info),
+            # The host's answers.
+            ans.i_wait.eq(waiting), ans.i_claim.eq(claiming), ans.i_write.eq(alloc.o_writes),
+            info_fwd.addr.eq(ans.o_info_addr), ans.i_info_line.eq(info_fwd.data.host_line),
+            # Grants and dones.
+            grants.i_alloc.eq(alloc.o_alloc), grants.i_permit.eq(alloc.o_permit | ans.o_permitted),
+            grants.i_range_error.eq(alloc.o_range_error), grants.i_denied.eq(ans.o_denied),
+            info_grant.addr.eq(grants.o_info_addr), info_grant.en.eq(grants.o_info_en),
+            grants.i_tag.eq(info_grant.data.tag), grants.i_error.eq(info_grant.data.error),
+            grants.i_host_bias.eq(info_grant.data.host_bias),
+            # What the check and the flip wait for.
+            pages.i_alloc.eq(alloc.o_alloc), pages.i_by_forward.eq(ans.o_permitted),
+            pages.i_page.eq(alloc.o_page), pages.i_line.eq(alloc.o_line),
+            pages.i_tracked.eq(grants.o_tracked), pages.i_cleared.eq(grants.o_done_hit),
+            pages.i_chk_line.eq(chk.o_line), pages.i_flip_page.eq(flip.o_page),
+            chk.i_snap.eq(pages.o_chk_wait), chk.i_cleared.eq(grants.o_done_hit),
+            flip.i_page_tracked.eq(pages.o_flip_wait), flip.i_cleared.eq(grants.o_done_hit),
             flip.i_claims_back.eq(ans.o_claims_back),
             flip.i_claim_denied.eq(ans.o_claim_denied),
             # A check of the page a flip is claiming spoils that page's flip.
             flip.i_touch.eq(chk.o_active & flip.o_claiming & (chk.o_page == flip.o_page)),
+            flip.i_start.eq(self.i_flip_start), flip.i_cmd.eq(self.i_flip),
+            self.o_flip.eq(flip.o_status),
         ]
+        m.d.sync += [
+            waiting.eq((waiting & ~(ans.o_permitted | ans.o_denied)) | alloc.o_wait),
+            claiming.eq((claiming & ~ans.o_claims_done) | alloc.o_claim),
+        ]
+        freed = Signal(3)
+        m.d.comb += freed.eq(ans.o_claims_back + grants.o_freed)
+        m.d.sync += self.o_inflight.eq(self.o_inflight + alloc.o_info_en - freed)
 
-        # --- errors ---------------------------------------------------------------------------
-        # One signal per kind, joined by one assignment: a bit assigned on its own becomes
-        # a one-line ``always @*`` in the Verilog, which Icarus runs only once its inputs
-        # change, so a kind never raised stayed X there.
-        raised = {
+        # --- errors: each kind's flag and details -----------------------------------------
+        done = self.i_done
+        _raise_errors(m, log, {
             DcohError.FWD_NOT_IN_FLIGHT: (ans.o_err.fwd_not_in_flight, ans.o_fwd_info),
             DcohError.FWD_OPCODE: (ans.o_err.fwd_opcode, ans.o_fwd_info),
             DcohError.FWD_ADDRESS: (ans.o_err.fwd_address, ans.o_fwd_info),
-            DcohError.ACC_RANGE: (delivered_err.any() & ~g_denied,
-                                  (0, ogr.p.tag, info_g.data.host_line)),
-            DcohError.DONE_UNEXPECTED: (dn.valid & ~d_hit, (0, dn.payload, 0)),
+            DcohError.ACC_RANGE: (grants.o_range_error_left,
+                                  (0, self.o_grant.p.tag, info_grant.data.host_line)),
+            DcohError.DONE_UNEXPECTED: (grants.o_done_bad, (0, done.payload, 0)),
             DcohError.CHK_RANGE: (chk.o_err_range, (0, 0, chk.o_line)),
             DcohError.FLIP_RANGE: (flip.o_err_range, (0, 0, self.i_flip.first_page)),
             DcohError.FLIP_BUSY: (flip.o_err_busy, (0, 0, self.i_flip.first_page)),
             DcohError.FLIP_CONTENDED: (flip.o_err_contended, (0, 0, flip.o_page)),
             DcohError.HOST_ERROR: (ans.o_err.host_error, ans.o_host_error_info),
             DcohError.RSP_UNEXPECTED: (ans.o_err.rsp_unexpected, ans.o_unexpected_info),
-        }
-        names = {v: k.lower() for k, v in vars(DcohError).items() if k.isupper() and k != "COUNT"}
-        kinds = []
-        for kind in range(DcohError.COUNT):
-            flag, details = raised[kind]
-            kinds.append(named(m, flag, f"err_{names[kind]}"))
-            slot = log.i_info[kind]
-            if isinstance(details, tuple):
-                m.d.comb += [slot.opcode.eq(details[0]), slot.id.eq(details[1]),
-                             slot.address.eq(details[2])]
-            else:
-                m.d.comb += slot.eq(details)
-        m.d.comb += log.i_raise.eq(Cat(*kinds))
-
-        m.d.comb += self.o_busy.eq(~free.all() | b_valid | ans.o_busy | ogr.valid | req.valid |
-                                   chk.o_busy | flip.o_busy | clearing)
+        })
+        m.d.comb += [
+            log.i_clear.eq(self.i_err_clear),
+            self.o_err_set.eq(log.o_set), self.o_err_status.eq(log.o_status),
+            self.o_err_first.eq(log.o_first),
+            self.o_busy.eq(~free.all() | alloc.o_busy | ans.o_busy | self.o_grant.valid |
+                           self.o_d2h_req.valid | chk.o_busy | flip.o_busy |
+                           table.o_sweeping),
+        ]
         return m

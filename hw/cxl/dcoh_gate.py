@@ -6,18 +6,20 @@ See :class:`DcohGate` and ``docs/dcoh.md``, "Gate adapter".
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..bus.axi import AXI4Signature, AxiResp
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
-from ..widths import lowest_set, lt_const, named, onehot
+from ..widths import named, onehot
 from ..widths import select_bit as _bit
 from .dcoh import ACC_REQ, LINE_BITS, grant_layout
+from .done_walker import DoneWalker
+from .round_robin import first_from
+from .w_beat_buffer import WBeatBuffer
 
 __all__ = ["DcohGate"]
 
@@ -26,21 +28,6 @@ _LINE_SHIFT = 6
 _DATA_WIDTH = 512
 #: AR / AW payload members besides ``valid`` / ``ready``, kept per entry and re-issued.
 _ADDR_FIELDS = ("id", "addr", "len", "size", "burst", "lock", "cache", "prot")
-
-
-def _at_or_above(m: Module, ptr, n: int, name: str) -> Signal:
-    """``n`` bits, bit ``i`` set for ``i >= ptr``: the first half of a circular scan."""
-    # lt_const, not ``ptr <= i``: for a pointer of log2(n) bits the last bit's comparison
-    # is constant, which Verilator reports (CMPCONST); lt_const folds it.
-    return named(m, Cat(*(lt_const(ptr, i + 1) for i in range(n))), name)
-
-
-def _circular_first(m: Module, vector, ptr, name: str) -> tuple[Signal, Signal]:
-    """``(any, index)`` of the first set bit of ``vector`` at or after ``ptr``, wrapping."""
-    n = len(vector)
-    above = _at_or_above(m, ptr, n, f"{name}_above")
-    any_, wide = lowest_set(m, Cat(vector & above, vector), name)
-    return any_, wide[:n.bit_length() - 1]
 
 
 class _Path:
@@ -154,7 +141,7 @@ class _Path:
         self.resp_id = Signal(gate.id_width, name=f"{name}_resp_id")
         cand = named(m, self.issued & ~self.resp & Cat(*(i == self.resp_id for i in self.ids)),
                      f"{name}_resp_cand")
-        r_any, r_idx = _circular_first(m, cand, a_ptr, f"{name}_resp_pick")
+        r_any, r_idx = first_from(m, cand, a_ptr, f"{name}_resp_pick")
         # The response belongs to a denied burst: it goes upstream as SLVERR.
         self.resp_denied = named(m, r_any & _bit(m, self.denied, r_idx, f"{name}_resp_den"),
                                  f"{name}_resp_denied")
@@ -355,7 +342,6 @@ class DcohGate(wiring.Component):
         m = Module()
         up, down, en = self.up, self.down, self.enable
         n, eb, kb = self._entries, self._entries.bit_length() - 1, self._kbits
-        cw = self._max_burst_lines.bit_length()
         rd, wr = _Path(self, m, "rd", write=False), _Path(self, m, "wr", write=True)
         paths = (rd, wr)
 
@@ -371,35 +357,21 @@ class DcohGate(wiring.Component):
         # --- W: buffered, and passed on only for AWs already downstream --------------
         # The buffer takes W beats while their AW waits for its grants, so a manager
         # that presents AW and W together (and waits for both) keeps streaming.
-        w_owed = Signal(range(n + 1))   # issued AWs whose last W beat has not passed
-        w_bits = len(up.wdata) + len(up.wstrb) + 1
-        m.submodules.w_buf = w_buf = SyncFIFOBuffered(width=w_bits, depth=self._w_buffer)
-        w_open = named(m, w_owed.any(), "w_open")
-        w_last_hs = named(m, en & down.wvalid & down.wready & down.wlast, "w_last_hs")
-        with m.If(en):
-            m.d.comb += [
-                w_buf.w_en.eq(up.wvalid),
-                w_buf.w_data.eq(Cat(up.wdata, up.wstrb, up.wlast)),
-                up.wready.eq(w_buf.w_rdy),
-                down.wvalid.eq(w_buf.r_rdy & w_open),
-                w_buf.r_en.eq(down.wready & w_open),
-                Cat(down.wdata, down.wstrb, down.wlast).eq(w_buf.r_data),
-            ]
-        with m.Else():
-            m.d.comb += [
-                down.wvalid.eq(up.wvalid),
-                up.wready.eq(down.wready),
-                down.wdata.eq(up.wdata), down.wstrb.eq(up.wstrb), down.wlast.eq(up.wlast),
-            ]
-        m.d.sync += w_owed.eq(w_owed + wr.issue_hs - w_last_hs)
-        # W beats leave in AW order and AWs are issued in ring order, so the beats passing
-        # belong to entry ``w_entry``; those of a denied burst go down with no byte enabled.
-        w_entry = Signal(eb)
-        with m.If(w_last_hs):
-            m.d.sync += w_entry.eq(w_entry + 1)
-        w_denied = named(m, _bit(m, wr.denied, w_entry, "w_den"), "w_denied")
-        with m.If(en & w_denied):
-            m.d.comb += down.wstrb.eq(0)
+        m.submodules.w_buf = w_buf = WBeatBuffer(data_width=_DATA_WIDTH,
+                                                 depth=self._w_buffer, entries=n)
+        w_in, w_out = w_buf.i_w, w_buf.o_w
+        m.d.comb += [
+            w_in.valid.eq(en & up.wvalid),
+            w_in.p.data.eq(up.wdata), w_in.p.strb.eq(up.wstrb), w_in.p.last.eq(up.wlast),
+            up.wready.eq(Mux(en, w_in.ready, down.wready)),
+            down.wvalid.eq(Mux(en, w_out.valid, up.wvalid)),
+            w_out.ready.eq(en & down.wready),
+            down.wdata.eq(Mux(en, w_out.p.data, up.wdata)),
+            down.wstrb.eq(Mux(en, w_out.p.strb, up.wstrb)),
+            down.wlast.eq(Mux(en, w_out.p.last, up.wlast)),
+            w_buf.i_aw_issued.eq(wr.issue_hs),
+            w_buf.i_denied.eq(wr.denied),
+        ]
 
         # --- R and B: unchanged; R last / B completes an entry ---------------------------
         m.d.comb += [
@@ -440,11 +412,8 @@ class DcohGate(wiring.Component):
         g_write = gr.p.tag[kb + eb]
         g_oh = onehot(m, g_entry, n, "grant_entry_oh")
         g_nok = named(m, Array(rd.nok + wr.nok)[Cat(g_entry, g_write)], "grant_nok")
-        m.submodules.handles = handles = Memory(shape=self._handle_bits, depth=2 * n << kb,
-                                                init=[])
-        h_wr = handles.write_port()
-        # The walker reads an entry's handles only after all of them were written.
-        h_rd = handles.read_port(transparent_for=())
+        m.submodules.walker = walker = DoneWalker(entries=2 * n, lines=self._max_burst_lines,
+                                                  handle_bits=self._handle_bits)
         m.d.comb += [
             gr.ready.eq(1),
             rd.grant_oh.eq(Mux(gr.valid & ~g_write, g_oh, 0)),
@@ -453,9 +422,9 @@ class DcohGate(wiring.Component):
             wr.grant_ok.eq(~gr.p.error),
             rd.grant_denied.eq(gr.p.denied),
             wr.grant_denied.eq(gr.p.denied),
-            h_wr.en.eq(gr.valid & ~gr.p.error),
-            h_wr.addr.eq(Cat(g_nok[:kb], g_entry, g_write)),
-            h_wr.data.eq(gr.p.handle),
+            walker.i_store.eq(gr.valid & ~gr.p.error),
+            walker.i_store_addr.eq(Cat(g_nok[:kb], g_entry, g_write)),
+            walker.i_store_handle.eq(gr.p.handle),
         ]
         m.d.sync += [
             self.ev_grant_host.eq(gr.valid & ~gr.p.error & gr.p.host_bias),
@@ -465,43 +434,14 @@ class DcohGate(wiring.Component):
         ]
 
         # --- done walker: completed entries in round-robin order, one handle a cycle -----
-        done = self.o_done
-        queued = Cat(rd.queued, wr.queued)
-        w_active = Signal()
-        w_sel = Signal(eb + 1)          # entry (and direction) being walked
-        w_k = Signal(cw)                # its next slot
-        w_n = Signal(cw)                # its non-error handles
-        w_ptr = Signal(eb + 1)          # the entry after the last one picked
-        p_any, p_idx = _circular_first(m, queued, w_ptr, "done_pick")
-        p_nok = named(m, Array(rd.nok + wr.nok)[p_idx], "done_pick_nok")
-        load = named(m, ~done.valid | done.ready, "done_load")
-        pick = named(m, load & ~w_active & p_any, "done_pick_go")
-        last = named(m, (w_k + 1)[:cw] == w_n, "done_last")
-        freed = Signal(2 * n)
-        picked = Signal(2 * n)
-        p_oh = onehot(m, p_idx, 2 * n, "done_pick_oh")
-        w_oh = onehot(m, w_sel, 2 * n, "done_walk_oh")
+        wiring.connect(m, walker.o_done, wiring.flipped(self.o_done))
         m.d.comb += [
-            h_rd.en.eq(load),
-            # The payload is the read port's data, which holds while ``en`` is low.
-            done.payload.eq(h_rd.data),
-            h_rd.addr.eq(Mux(w_active, Cat(w_k[:kb], w_sel), Cat(C(0, kb), p_idx))),
-            picked.eq(Mux(pick, p_oh, 0)),
-            freed.eq(Mux(load & w_active & last, w_oh, 0) |
-                     Mux(pick & (p_nok < 2), p_oh, 0)),
-            rd.picked.eq(picked[:n]), wr.picked.eq(picked[n:]),
-            rd.freed.eq(freed[:n]), wr.freed.eq(freed[n:]),
+            walker.i_queued.eq(Cat(rd.queued, wr.queued)),
+            *[walker.i_counts[i].eq(c) for i, c in enumerate(rd.nok + wr.nok)],
+            rd.picked.eq(walker.o_picked[:n]), wr.picked.eq(walker.o_picked[n:]),
+            rd.freed.eq(walker.o_freed[:n]), wr.freed.eq(walker.o_freed[n:]),
         ]
-        with m.If(load):
-            m.d.sync += done.valid.eq(w_active | (pick & p_nok.any()))
-            with m.If(w_active):
-                m.d.sync += w_k.eq(w_k + 1)
-                with m.If(last):
-                    m.d.sync += w_active.eq(0)
-        with m.If(pick):
-            m.d.sync += [w_ptr.eq(p_idx + 1), w_sel.eq(p_idx), w_k.eq(1),
-                         w_n.eq(p_nok), w_active.eq(p_nok >= 2)]
 
         m.d.comb += self.o_busy.eq(Cat(*(p.alloc.any() | p.g_valid for p in paths)).any() |
-                                   done.valid | w_active | w_owed.any() | w_buf.r_rdy)
+                                   self.o_done.valid | walker.o_busy | w_buf.o_busy)
         return m
