@@ -191,53 +191,44 @@ class Engine(wiring.Component):
         m = Module()
         cfg = self._config
         aw = cfg.pmem_addr_width
-        mid = cfg.axi_id_width - self.MANAGER_ID_BITS
+        id_width = cfg.axi_id_width - self.MANAGER_ID_BITS     # of each manager
         max_lines = cfg.engine_max_lines
 
-        m.submodules.fetch = fetch = DescFetch(addr_width=aw, id_width=mid)
+        m.submodules.fetch = fetch = DescFetch(addr_width=aw, id_width=id_width)
         m.submodules.dispatch = dispatch = Dispatcher(max_dim=cfg.engine_max_dim, queue=_QUEUE)
         m.submodules.sequencers = seqs = SequencerPool(
-            addr_width=aw, id_width=mid, sequencers=cfg.engine_sequencers)
+            addr_width=aw, id_width=id_width, sequencers=cfg.engine_sequencers)
         m.submodules.gather = gather = RowGather(
-            addr_width=aw, id_width=mid, rob_lines=cfg.gather_rob_lines,
+            addr_width=aw, id_width=id_width, rob_lines=cfg.gather_rob_lines,
             max_lines_per_row=max_lines)
         m.submodules.pool = pool = PoolReduce(
             lanes=cfg.engine_lanes, partials=cfg.reduce_partials, max_lines_per_row=max_lines)
-        m.submodules.grad = grad = GradFeed(addr_width=aw, id_width=mid, max_glines=max_lines)
+        m.submodules.grad = grad = GradFeed(addr_width=aw, id_width=id_width,
+                                            max_glines=max_lines)
         m.submodules.scatter = scatter = ScatterUpdate(
-            addr_width=aw, id_width=mid, cache_rows=cfg.update_cache_rows,
+            addr_width=aw, id_width=id_width, cache_rows=cfg.update_cache_rows,
             max_lines_per_row=max_lines)
-        m.submodules.completion = comp = Completion(addr_width=aw, id_width=mid)
+        m.submodules.completion = comp = Completion(addr_width=aw, id_width=id_width)
         m.submodules.status_q = status_q = SyncFIFOBuffered(width=STATUS.size, depth=_QUEUE)
         m.submodules.logger = logger = UndoLogger(
-            addr_width=aw, id_width=mid - 1, max_slot_lines=cfg.log_slot_lines,
+            addr_width=aw, id_width=id_width - 1, max_slot_lines=cfg.log_slot_lines,
             filter_rows=cfg.ckpt_filter_rows, fifo_lines=cfg.ckpt_fifo_lines)
         m.submodules.recovery = recovery = Recovery(
-            addr_width=aw, id_width=mid, max_slot_lines=cfg.log_slot_lines)
+            addr_width=aw, id_width=id_width, max_slot_lines=cfg.log_slot_lines)
         # The copier keeps as many reads in flight as the CXL.cache agent has read
         # CQIDs, so a snapshot of GPU memory streams at the link's rate (at least 16).
-        m.submodules.copier = copier = MlpCopier(addr_width=aw, id_width=mid - 1,
+        m.submodules.copier = copier = MlpCopier(addr_width=aw, id_width=id_width - 1,
                                                  buffer_lines=max(16, cfg.cache_cqids))
         m.submodules.ckpt = ckpt = CheckpointControl(addr_width=aw)
         # MLP_SRC_HOST: the copier's reads become CXL.cache reads of GPU memory at
         # the copy's source line + the offset; its writes stay.
-        m.submodules.copy_src = copy_src = AxiToCache(addr_width=aw, id_width=mid - 1)
-        m.submodules.background = bg = AxiArbiter(
-            addr_width=aw, data_width=LINE_BITS, id_width=mid - 1, priorities=[0, 0])
-        m.submodules.arbiter = arb = AxiArbiter(
-            addr_width=aw, data_width=LINE_BITS, id_width=mid,
-            priorities=[_PRIORITY.get(name, 0) for name in _MANAGERS])
+        m.submodules.copy_src = copy_src = AxiToCache(addr_width=aw, id_width=id_width - 1)
 
         # --- PMEM and CXL.cache ports
-        wiring.connect(m, logger.pmem, bg.m0)
-        wiring.connect(m, copier.pmem, copy_src.sub)
-        wiring.connect(m, copy_src.pmem, bg.m1)
-        ports = {"gather": gather.pmem, "sequencer": seqs.pmem, "completion": comp.pmem,
-                 "fetch": fetch.pmem, "grad": grad.pmem, "scatter": scatter.pmem,
-                 "recovery": recovery.pmem, "background": bg.sub}
-        for i, name in enumerate(_MANAGERS):
-            wiring.connect(m, ports[name], getattr(arb, f"m{i}"))
-        wiring.connect(m, arb.sub, wiring.flipped(self.pmem))
+        self._share_pmem(m, id_width, {
+            "gather": gather.pmem, "sequencer": seqs.pmem, "completion": comp.pmem,
+            "fetch": fetch.pmem, "grad": grad.pmem, "scatter": scatter.pmem,
+            "recovery": recovery.pmem}, logger=logger, copier=copier, copy_src=copy_src)
         wiring.connect(m, copy_src.o_rd, wiring.flipped(self.o_cache_rd))
         wiring.connect(m, wiring.flipped(self.i_cache_rd), copy_src.i_rd)
         wiring.connect(m, comp.o_rec, wiring.flipped(self.o_cache_wr))
@@ -297,34 +288,75 @@ class Engine(wiring.Component):
         m.d.comb += fork.i_finish.eq(comp.upd_finish)
 
         # --- the gather's lines: pooled (LOOKUP) or scattered (UPDATE)
-        lines = gather.o_lines
-        route_update = lines.p.update
-        m.d.comb += [
-            pool.i_lines.payload.eq(lines.payload),
-            pool.i_lines.valid.eq(lines.valid & ~route_update),
-            scatter.i_lines.payload.data.eq(lines.payload.data),
-            scatter.i_lines.valid.eq(lines.valid & route_update),
-            lines.ready.eq(Mux(route_update, scatter.i_lines.ready, pool.i_lines.ready)),
-        ]
+        self._route_lines(m, gather.o_lines, pool=pool.i_lines, scatter=scatter.i_lines)
         wiring.connect(m, pool.o_pooled, comp.i_pooled)
-        upd, sc = seqs.update, scatter.i_ctrl
-        m.d.comb += [
-            grad.start.eq(seqs.update_start),
-            grad.data_addr.eq(upd.data_addr),
-            grad.num_bags.eq(upd.num_bags),
-            grad.glines.eq(upd.glines),
-            grad.items.eq(upd.items),
-            grad.finish.eq(fork.finish),
-            sc.table_base.eq(upd.table_base),
-            sc.lines_per_row.eq(upd.lines_per_row),
-            sc.bf16.eq(upd.bf16),
-            sc.weighted.eq(upd.weighted),
-            sc.dim.eq(upd.dim),
-        ]
+        self._control_update(m, seqs, fork, grad=grad, scatter=scatter)
         wiring.connect(m, grad.o_items, scatter.i_items)
         wiring.connect(m, scatter.o_done, comp.i_done)
 
-        # --- status, errors, events
+        self._report_status(m, fetch=fetch, dispatch=dispatch, comp=comp, gather=gather,
+                            scatter=scatter, grad=grad)
+        self._report_checkpoint(m, recovery=recovery, ckpt=ckpt, logger=logger,
+                                copier=copier, undo_drained=undo_drained)
+        return m
+
+    def _share_pmem(self, m: Module, id_width: int, managers: dict, *, logger, copier,
+                    copy_src) -> None:
+        """Shares ``pmem`` between ``managers`` (name in ``_MANAGERS`` -> AXI port with
+        ``id_width`` ID bits) and the background: the undo ``logger`` and the MLP
+        ``copier`` (its reads through ``copy_src``), ``id_width - 1`` ID bits each,
+        take the arbiter's last port through an arbiter of their own."""
+        aw = self._config.pmem_addr_width
+        m.submodules.background = background = AxiArbiter(
+            addr_width=aw, data_width=LINE_BITS, id_width=id_width - 1, priorities=[0, 0])
+        m.submodules.arbiter = arbiter = AxiArbiter(
+            addr_width=aw, data_width=LINE_BITS, id_width=id_width,
+            priorities=[_PRIORITY.get(name, 0) for name in _MANAGERS])
+        wiring.connect(m, logger.pmem, background.m0)
+        wiring.connect(m, copier.pmem, copy_src.sub)
+        wiring.connect(m, copy_src.pmem, background.m1)
+        ports = {**managers, "background": background.sub}
+        for i, name in enumerate(_MANAGERS):
+            wiring.connect(m, ports[name], getattr(arbiter, f"m{i}"))
+        wiring.connect(m, arbiter.sub, wiring.flipped(self.pmem))
+
+    @staticmethod
+    def _route_lines(m: Module, lines, *, pool, scatter) -> None:
+        """Each of the gather's ``lines`` to the pool (a LOOKUP's) or, its data only,
+        to the scatter (an UPDATE's: ``update`` set)."""
+        route_update = lines.p.update
+        m.d.comb += [
+            pool.payload.eq(lines.payload),
+            pool.valid.eq(lines.valid & ~route_update),
+            scatter.payload.data.eq(lines.payload.data),
+            scatter.valid.eq(lines.valid & route_update),
+            lines.ready.eq(Mux(route_update, scatter.ready, pool.ready)),
+        ]
+
+    @staticmethod
+    def _control_update(m: Module, seqs, fork, *, grad, scatter) -> None:
+        """The gradient feed and the scatter take an UPDATE's settings from the
+        sequencers as its rows start; the feed learns from the ``fork`` that they are
+        over."""
+        update, scatter_ctrl = seqs.update, scatter.i_ctrl
+        m.d.comb += [
+            grad.start.eq(seqs.update_start),
+            grad.data_addr.eq(update.data_addr),
+            grad.num_bags.eq(update.num_bags),
+            grad.glines.eq(update.glines),
+            grad.items.eq(update.items),
+            grad.finish.eq(fork.finish),
+            scatter_ctrl.table_base.eq(update.table_base),
+            scatter_ctrl.lines_per_row.eq(update.lines_per_row),
+            scatter_ctrl.bf16.eq(update.bf16),
+            scatter_ctrl.weighted.eq(update.weighted),
+            scatter_ctrl.dim.eq(update.dim),
+        ]
+
+    def _report_status(self, m: Module, *, fetch, dispatch, comp, gather, scatter,
+                       grad) -> None:
+        """``ENG_STATUS`` and ``ENG_ERR`` fields and the engine's counter increments."""
+        lines = gather.o_lines
         axi = self.pmem
         outstanding = dispatch.outstanding
         size = Signal(RING_ORDER_MAX + 1)           # ring size, 2**min(ring_order, MAX)
@@ -337,20 +369,26 @@ class Engine(wiring.Component):
             self.in_flight.eq(outstanding),
             self.serial.eq(dispatch.serial),
             self.undo_stall.eq(gather.undo_stall),
-            self.err_desc.eq(done & comp.status.any()),
+            self.err_desc.eq(comp.complete & comp.status.any()),
             self.err_seq.eq(comp.seq),
             self.err_info.eq(Cat(comp.status, comp.kind)),
             self.err_overrun.eq(pending > size),
             self.err_pmem.eq((axi.rvalid & axi.rready & axi.rresp.any())
                              | (axi.bvalid & axi.bready & axi.bresp.any())),
-            self.ev_desc_done.eq(done),
+            self.ev_desc_done.eq(comp.complete),
             self.ev_line_gathered.eq(lines.valid & lines.ready & ~lines.payload.empty_bag
-                                     & ~route_update),
+                                     & ~lines.payload.update),
             self.ev_bag_pooled.eq(comp.bag_written),
             self.ev_upd_line_written.eq(scatter.pmem.awvalid & scatter.pmem.awready),
             self.ev_upd_item.eq(grad.o_items.valid & grad.o_items.ready
                                 & ~grad.o_items.payload.nop),
             self.ev_busy.eq(outstanding.any()),
+        ]
+
+    def _report_checkpoint(self, m: Module, *, recovery, ckpt, logger, copier,
+                           undo_drained) -> None:
+        """The checkpoint's status fields and counter increments (``docs/checkpoint.md``)."""
+        m.d.comb += [
             self.ck_busy.eq(recovery.busy),
             self.ck_done.eq(recovery.done),
             self.ck_on.eq(ckpt.on),
@@ -373,4 +411,3 @@ class Engine(wiring.Component):
             self.ck_overflow_batch.eq(logger.overflow_batch),
             self.ev_record.eq(logger.records),
         ]
-        return m
