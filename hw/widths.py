@@ -1,13 +1,9 @@
 """Small building blocks several blocks share.
 
-``eq_const``, ``lt_const`` and ``zext`` build ``==``, unsigned ``<`` and a zero
-extension from operands of equal width. They date from before ``make lint`` waived
-Verilator's WIDTH warnings (``sim/lint.py``); new code writes the plain operators
-(``v == c``, ``v < c``, an assignment or ``v.as_unsigned()``), and these remain for the
-modules that still call them.
-
-``at_least`` is ``>=`` against a constant, folded where the operand's width decides it
-(a plain comparison that can never be true is Verilator's CMPCONST warning).
+Blocks write plain operators (``make lint`` waives Verilator's WIDTH warnings for
+Amaranth's output, ``sim/lint.py``). ``at_least`` is ``>=`` against a constant, folded
+where the operand's width decides it (a plain comparison that can never be true is
+Verilator's CMPCONST warning).
 
 Also the small building blocks several blocks share: parameter checks (``is_int``,
 ``is_pow2``, ``check_int``, ``check_pow2``), and named combinational nodes (``named``,
@@ -17,32 +13,10 @@ use.
 
 from __future__ import annotations
 
-from amaranth.hdl import C, Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import C, Cat, Module, Mux, Signal, Value
 
-__all__ = ["at_least", "check_int", "check_pow2", "eq_const", "is_int", "is_pow2",
-           "lowest_set", "lt_const", "named", "onehot", "select_bit", "zext"]
-
-
-def eq_const(value, const: int):
-    """``value == const``."""
-    width = const.bit_length()
-    if width > len(value):
-        return C(0, 1)
-    if width == 0:
-        return ~value.any()
-    high_zero = ~value[width:].any() if width < len(value) else C(1, 1)
-    return high_zero & (value[:width] == const)
-
-
-def lt_const(value, const: int):
-    """``value < const`` (unsigned)."""
-    width = const.bit_length()
-    if width > len(value):
-        return C(1, 1)
-    if width == 0:
-        return C(0, 1)
-    high_zero = ~value[width:].any() if width < len(value) else C(1, 1)
-    return high_zero & (value[:width] < const)
+__all__ = ["at_least", "check_int", "check_pow2", "is_int", "is_pow2",
+           "lowest_set", "named", "onehot", "select_bit"]
 
 
 def at_least(value, const: int):
@@ -58,12 +32,6 @@ def at_least(value, const: int):
     return value[width:].any() | (value[:width] >= const)
 
 
-def zext(value, width: int):
-    """``value`` zero-extended (or truncated) to ``width`` bits."""
-    value = value.as_value() if hasattr(value, "as_value") else value
-    if len(value) >= width:
-        return value[:width]
-    return Cat(value, Const(0, width - len(value)))
 
 
 def is_int(value) -> bool:
@@ -128,5 +96,5 @@ def lowest_set(m: Module, vector, name: str) -> tuple[Signal, Signal]:
 def onehot(m: Module, index, n: int, name: str) -> Signal:
     """``n``-bit one-hot decode of ``index``."""
     out = Signal(n, name=name)
-    m.d.comb += out.eq(Cat(*(eq_const(index, i) for i in range(n))))
+    m.d.comb += out.eq(Cat(*(index == i for i in range(n))))
     return out
