@@ -40,7 +40,7 @@ class GradFeed(wiring.Component):
     Rate: two cycles per item (the ring read, then the item register). The first bag
     waits one PMEM read latency (as its row's read does); later bags find their lines
     read ahead as long as the ring covers the read latency (``ring_lines`` lines per
-    latency); ScatterUpdate needs at least nine cycles per item.
+    latency). ScatterUpdate accepts an item a cycle on a hit, faster than this feed.
 
     Members
     -------
