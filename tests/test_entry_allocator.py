@@ -66,8 +66,9 @@ def _run(seed: int, config: dict, *, idle: float, bp: float, cycles: int = 1500)
         last_page = None                    # o_bias_page of the previous cycle
         bias_dev = 0                        # what the read port shows this cycle
         last_go = "claim"                   # after reset, an access wins a contest
+        sweep_cycles = 4 + rng.randrange(3)  # one sweep, from reset on
         for t in range(cycles):
-            sweeping = t < 4 + rng.randrange(3)
+            sweeping = t < sweep_cycles
             ctx.set(dut.i_sweeping, sweeping)
             if cur is None and t < cycles - 100 and not rng.random() < idle:
                 cur = {"line": line(), "write": rng.random() < 0.4, "tag": rng.getrandbits(16)}
