@@ -41,8 +41,10 @@ def _run(seed: int, *, entries: int, lines: int, handle_bits: int, idle: float, 
         started = 0
         ptr = 0
         cycle = 0
+        # Each walk stores up to ``lines`` handles and sends them under backpressure.
+        limit = walks * max(100, (lines + 2) * (2 + int(1 / (1 - bp))))
         while stats["walks"] < walks or want:
-            assert cycle < 100 * walks, "no progress"
+            assert cycle < limit, f"no progress (seed {seed})"
             free = [e for e in range(entries) if state[e] == "free"]
             if free and started < walks and rng.random() < 0.5:
                 e = rng.choice(free)
