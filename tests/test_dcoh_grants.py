@@ -49,7 +49,7 @@ def _run(seed: int, *, entries: int, idle: float, bp: float, cycles: int = 1500)
         # (under heavy backpressure the last grants can take long to leave).
         for t in range(cycles + 20000):
             drain = t > cycles - 200
-            if drain and t >= cycles and all(s == "free" for s in state):
+            if t >= cycles and all(s == "free" for s in state):
                 break
             alloc = permit = rng_err = denied = 0
             free = [e for e in range(entries) if state[e] == "free"]
