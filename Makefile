@@ -65,9 +65,10 @@ test: $(STAMP)
 	  echo "warning: Icarus Verilog not found (sudo apt-get install -y iverilog); its tests will be skipped"
 	$(if $(TEST_SIM),SIM=$(TEST_SIM)) $(PY) -m pytest -n auto --maxschedchunk 1 --durations=25
 
-# The fast tier: every test not marked slow (no Verilator or Icarus build).
+# The edit-test loop: each Amaranth-simulator test once, with its first parameter set;
+# no simulator build, no Verilator lint, no long run (tests/conftest.py, --fast).
 test-fast: $(STAMP)
-	$(PY) -m pytest -n auto -m "not slow"
+	$(PY) -m pytest -n auto --fast
 
 lint: $(STAMP) ruff
 	$(PY) -m sim.lint $(LINT_CONFIGS)

@@ -17,8 +17,40 @@ toolenv.setup()
 _HEAVY_GROUPS = ("recovery", "campaign", "random", "ordering", "lookup", "reset", "update")
 
 
+#: The tests that lint generated Verilog with Verilator (marked ``verilog``) say so in
+#: their name: ``test_verilog_lints_clean``, ``test_router_lints_clean``, ...
+_LINT_NAME = "lints_clean"
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--fast", action="store_true",
+        help="the edit-test loop (make test-fast): each Amaranth-simulator test once, with "
+             "its first parameter set; no slow, verilog or long test")
+
+
+def _select_fast(config, items) -> None:
+    """``--fast``: keep each test function once (its first parameter set) among the
+    tests that are neither ``slow`` nor ``verilog`` nor ``long``; deselect the rest
+    (``make test`` runs them all)."""
+    keep, drop, seen = [], [], set()
+    for item in items:
+        func = (item.path, getattr(item, "originalname", item.name))
+        tiered = any(item.get_closest_marker(m) for m in ("slow", "verilog", "long"))
+        if tiered or func in seen:
+            drop.append(item)
+        else:
+            seen.add(func)
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Order the slow items so that the two workers of a 2-core machine stay busy.
+    """Mark the Verilator lint tests ``verilog``; with ``--fast`` select the edit-test
+    loop (:func:`_select_fast`); then order the slow items so that the two workers of a
+    2-core machine stay busy.
 
     ``make test`` runs xdist's load scheduling with ``--maxschedchunk 1``: each worker
     takes the next item when it is nearly idle, so the items run roughly in this
@@ -33,6 +65,12 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     Long groups are split into several items (``tests/test_ckpt_cocotb.py``), so that
     no single item bounds the wall time.
     """
+    for item in items:
+        if _LINT_NAME in getattr(item, "originalname", item.name):
+            item.add_marker(pytest.mark.verilog)
+    if config.getoption("fast"):
+        _select_fast(config, items)
+
     def params(item) -> dict:
         return getattr(getattr(item, "callspec", None), "params", {})
 

@@ -561,6 +561,7 @@ def bench_case(alloc: Alloc, *, bag_len: int, num_bags: int, weighted: bool,
     return Case(fields, indices, offsets, weights)
 
 
+@pytest.mark.long
 def test_throughput(seed):
     """Pass 1 of a 128 x 20 LOOKUP (its status time when its last index is bad, and its
     first row's time when good), and rows/cycle overall for 4000 weighted indices in

@@ -533,6 +533,7 @@ def test_disabled_drops_everything(seed):
     assert mem.stats.writes == 0
 
 
+@pytest.mark.long
 def test_throughput(seed):
     """Distinct rows back to back, PMEM always ready: one write per cycle (a row of n
     lines takes n + 1 cycles), and a burst no longer than the FIFO is taken at one line

@@ -607,6 +607,7 @@ def test_error_in_mlp_read(seed):
 
 # --- throughput and lint -------------------------------------------------------------
 
+@pytest.mark.long
 @pytest.mark.parametrize("live", [0, 63])
 def test_cycles_64_slots(live, seed):
     """64 slots of 5 lines, PMEM at its default timing (120-cycle reads, 40-cycle

@@ -755,6 +755,7 @@ def test_idle_latency(seed):
     assert got == {"down": [(1, 5), (16, 20), (1, 5), (4, 8)], "done": [2, 2, 2, 2]}, got
 
 
+@pytest.mark.long
 def test_throughput_device_bias(seed):
     """Read bursts of 16 lines, many in flight, pages in device bias, PMEM latency 100:
     the gate sustains close to one line per cycle. A line holds its DCOH handle for

@@ -402,6 +402,7 @@ def test_long_bag(seed):
         [random_desc(rng, dim=7, dtype=FP32, mode=MEAN, lengths=lengths, special=0.002)])
 
 
+@pytest.mark.long
 def test_throughput(seed):
     """lanes = 16, dense input and a ready sink: one line per cycle while accumulating
     when lines_per_row * P >= 6 (sum and max), 4 lines per 6 cycles with one line and

@@ -425,6 +425,7 @@ def test_reset_in_the_middle_of_traffic(seed):
     assert res.busy_at_end == 0
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("config", ["rob16-id1", "rob256-id8"])
 def test_long_random_stress(config, seed):
     """Three rounds of the mixed descriptors back to back under rough traffic."""

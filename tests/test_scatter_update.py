@@ -500,6 +500,7 @@ def speed_descs(nrng: np.random.Generator, model: PmemModel) -> list[tuple[str, 
     return descs
 
 
+@pytest.mark.long
 def test_throughput(seed):
     """Cycle counts of the deterministic simulation (PMEM read and write latency 20, no
     jitter, no backpressure): hits take one item per cycle; asserted at least one per
