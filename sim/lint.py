@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 from hw.config import load_config, preset_names
-from hw.gen import DESIGNS, emit
+from hw.gen import DESIGNS
 
 from . import toolenv
-from .runner import BUILD
+from .runner import BUILD, emit_shared
 
 __all__ = ["WAIVERS", "lint", "lint_block", "lint_file", "main", "standalone_blocks",
            "untriggered_processes"]
@@ -35,8 +35,7 @@ WAIVERS = ["-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME", "-Wno-C
 
 def lint(design: str, config_name: str) -> tuple[bool, str]:
     """Lint one design for one config; returns (clean, verilator output)."""
-    config = load_config(config_name)
-    path, top = emit(design, config, BUILD / "lint" / config.tag)
+    path, top = emit_shared(design, load_config(config_name))
     return lint_file(path, top)
 
 

@@ -31,7 +31,8 @@ from hw.gen import emit, module_name
 
 from . import toolenv
 
-__all__ = ["BUILD", "ROOT", "Factory", "SimResult", "build", "run"]
+__all__ = ["BUILD", "ROOT", "VERILATOR_ARGS", "Factory", "SimResult", "build", "emit_shared",
+           "run"]
 
 #: Builds a test-only design from a config, for designs that are not in
 #: ``hw.gen.DESIGNS`` (``hw/`` never imports ``tests/``).
@@ -55,6 +56,12 @@ class SimResult:
         return self.failed == 0 and self.passed > 0
 
 
+#: Verilator options of every build: Amaranth's waivers (``sim/lint.py`` checks them),
+#: fast X handling, Verilator's own optimisations.
+VERILATOR_ARGS = ("-Wno-fatal", "-Wno-CASEINCOMPLETE", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC",
+                  "--x-assign", "fast", "--x-initial", "fast", "-O3")
+
+
 def _build_dir(design: str, config: DeviceConfig, sim: str, waves: bool) -> Path:
     return BUILD / "sim" / f"{design}-{config.tag}-{sim}{'-waves' if waves else ''}"
 
@@ -71,19 +78,33 @@ def _rtl_key(design: str, config: DeviceConfig) -> str:
     return h.hexdigest()
 
 
+def emit_shared(design: str, config: DeviceConfig) -> tuple[Path, str]:
+    """The Verilog of the ``hw.gen`` design ``design`` for ``config``; returns (path,
+    top module name).
+
+    Elaborating and converting the device takes longer than most cocotb runs on it, so
+    it is emitted once per change of its inputs (:func:`_rtl_key`) into
+    ``build/rtl/<config>-<hash of the config>/`` and shared by every simulator build
+    and by ``make lint``; a file lock keeps ``pytest -n auto`` workers from emitting it
+    twice."""
+    digest = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True).encode())
+    out_dir = BUILD / "rtl" / f"{config.tag}-{digest.hexdigest()[:8]}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = module_name(design, config)
+    path = out_dir / f"{name}.v"
+    with FileLock(str(out_dir / f"{name}.lock")):
+        stamp = path.with_suffix(".key")
+        key = _rtl_key(design, config)
+        if not (path.exists() and stamp.exists() and stamp.read_text() == key):
+            emit(design, config, out_dir)
+            stamp.write_text(key)
+    return path, name
+
+
 def _emit(design: str, config: DeviceConfig, out_dir: Path,
           factory: Factory | None) -> tuple[Path, str]:
     if factory is None:
-        # Elaborating and converting the device takes longer than most cocotb runs on
-        # it: emit once per change of its inputs, not once per run.
-        path = out_dir / f"{module_name(design, config)}.v"
-        stamp = path.with_suffix(".key")
-        key = _rtl_key(design, config)
-        if path.exists() and stamp.exists() and stamp.read_text() == key:
-            return path, module_name(design, config)
-        path, top = emit(design, config, out_dir)
-        stamp.write_text(key)
-        return path, top
+        return emit_shared(design, config)
     # Same naming and write-if-changed rule as hw.gen.emit, for a test-only design.
     name = module_name(design, config)
     text = verilog.convert(factory(config), name=name, emit_src=False)
@@ -98,7 +119,7 @@ def _emit(design: str, config: DeviceConfig, out_dir: Path,
 _TRIGGER = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\S+)\s+= 0;$", re.MULTILINE)
 
 
-def _icarus_source(source: Path) -> Path:
+def _icarus_source(source: Path, out_dir: Path) -> Path:
     """A copy of ``source`` whose comb blocks are sure to run at time 0 under Icarus.
 
     Yosys makes every ``always @*`` block sensitive to a dummy register initialised in
@@ -108,7 +129,8 @@ def _icarus_source(source: Path) -> Path:
     sets it with ``initial #0``, an event every such block sees."""
     text = _TRIGGER.sub(lambda mt: f"{mt[1]}reg {mt[2]} ;\n{mt[1]}initial #0 {mt[2]}  = 1'h0;",
                         source.read_text())
-    out = source.with_name(source.stem + "_icarus.v")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / (source.stem + "_icarus.v")
     if not out.exists() or out.read_text() != text:
         out.write_text(text)
     return out
@@ -133,12 +155,11 @@ def build(design: str, config: DeviceConfig, sim: str = "verilator", *, waves: b
     with FileLock(str(build_dir) + ".lock"):
         source, top = _emit(design, config, build_dir / "rtl", factory)
         if sim == "icarus":
-            source = _icarus_source(source)
+            source = _icarus_source(source, build_dir / "rtl")
         runner = get_runner(sim)
         build_args: list[str] = []
         if sim == "verilator":
-            build_args = ["-Wno-fatal", "-Wno-CASEINCOMPLETE", "-Wno-WIDTHEXPAND",
-                          "-Wno-WIDTHTRUNC", "--x-assign", "fast", "--x-initial", "fast", "-O3"]
+            build_args = list(VERILATOR_ARGS)
             if waves:
                 build_args += ["--trace", "--trace-structs"]
         runner.build(
