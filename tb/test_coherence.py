@@ -44,6 +44,7 @@ from tb.coherent_bench import (
 from tb.coherent_host import LostToReset
 from tb.cxl_protocol import ALL_ONES
 from tb.engine_driver import Batch, random_table
+from tb.groups import group
 
 NOISE = {"noise": [False, True]}
 
@@ -119,6 +120,7 @@ async def _lookups(bench: CohBench, drv: CoherentDriver, tables, rng, rounds: in
 
 # --- tests -----------------------------------------------------------------------------------
 
+@group("lookup")
 @cocotb.test()
 @cocotb.parametrize(**NOISE, bias=["host", "device"])
 async def test_lookup_through_host_cache(dut, noise, bias):
@@ -162,6 +164,7 @@ async def test_lookup_through_host_cache(dut, noise, bias):
         assert c["COH_HOST_FLIPS"] >= flips_back, c
 
 
+@group("update")
 @cocotb.test()
 @cocotb.parametrize(**NOISE, bias=["host", "device"])
 async def test_update_through_host_cache(dut, noise, bias):
@@ -192,6 +195,7 @@ async def test_update_through_host_cache(dut, noise, bias):
         assert c["COH_GRANTS_DEVICE"] > 0 and c["COH_HOST_FLIPS"] > 0, c
 
 
+@group("flips")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_flips_under_traffic(dut, noise):
@@ -244,6 +248,7 @@ async def test_flips_under_traffic(dut, noise):
     await bench.finish()
     assert bench.counters["COH_HOST_FLIPS"] >= 2, bench.counters
 
+@group("flips")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_host_claim_flips_page_back(dut, noise):
@@ -279,6 +284,7 @@ async def test_host_claim_flips_page_back(dut, noise):
     assert bench.cache.stats["claims"] >= 2, bench.cache.stats
 
 
+@group("flips")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_reset_in_coherent_traffic(dut, noise):
@@ -344,6 +350,7 @@ async def test_reset_in_coherent_traffic(dut, noise):
     await bench.finish()
 
 
+@group("gpu_memory")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_mlp_snapshot_from_gpu(dut, noise):
@@ -376,6 +383,7 @@ async def test_mlp_snapshot_from_gpu(dut, noise):
     assert bench.counters["COH_RD_LINES"] == lines_total, bench.counters
 
 
+@group("gpu_memory")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_mlp_snapshot_while_gpu_writes(dut, noise):
@@ -433,6 +441,7 @@ async def test_mlp_snapshot_while_gpu_writes(dut, noise):
     await bench.finish()
 
 
+@group("gpu_memory")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_completions_in_gpu_memory(dut, noise):
@@ -457,6 +466,7 @@ async def test_completions_in_gpu_memory(dut, noise):
     assert bench.counters["COH_WR_LINES"] == drv.tail, bench.counters
 
 
+@group("gpu_memory")
 @cocotb.test()
 async def test_bad_coherence_input(dut):
     """Bad input on both sides, each flagged by its own bit and harmless: an H2D GO and
@@ -549,6 +559,7 @@ def _plan(rng: random.Random, plan: dict[D2HReqOpcode, list[str]], *, skip: int 
     return answer, used, left
 
 
+@group("protocol")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_host_bias_writes_mem_rd_fwd(dut, noise):
@@ -570,6 +581,7 @@ async def test_host_bias_writes_mem_rd_fwd(dut, noise):
     assert not [k for k in answers if k.startswith("RdOwn:") and k != "RdOwn:mem_rd_fwd"]
 
 
+@group("protocol")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_flip_claims_mem_rd_fwd_or_go_e(dut, noise):
@@ -618,6 +630,7 @@ async def _eng_err(bench: CohBench, want: int) -> None:
         await bench.tb.csr.write("ENG_ERR", got)
 
 
+@group("protocol")
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_dcoh_host_errors(dut, noise):
@@ -701,6 +714,7 @@ async def test_dcoh_host_errors(dut, noise):
     assert done.get("go_err", 0) >= 3 and done.get("data_go_err", 0) >= 1, done
 
 
+@group("protocol")
 @cocotb.test()
 async def test_dcoh_unexpected_h2d(dut):
     """H2D Rsp / Data for DCOH CQIDs that no request waits for, or that the request

@@ -36,6 +36,7 @@ TAGGED = {
     "test_device": test_device_cocotb.GROUPS,
     "test_engine": test_engine_cocotb.GROUPS,
     "test_ckpt": test_ckpt_cocotb.GROUPS,
+    "test_coherence": test_coherence_cocotb.GROUPS,
 }
 
 
@@ -62,16 +63,13 @@ def test_a_test_has_one_group() -> None:
         groups.group("a b")
 
 
-def test_coherence_groups_name_every_test() -> None:
-    """``tb/test_coherence.py`` is not tagged: its pytest module lists the variants per
-    simulator and config (Icarus runs the noisy ones only)."""
-    defined = cocotb_tests("test_coherence")
-    assert defined, "no cocotb test found in tb/test_coherence.py"
-    named = {name.split("/", 1)[0]
-             for sim in ("verilator", "icarus") for config in ("small", "default")
-             for names in test_coherence_cocotb.groups(sim, config).values()
-             for name in names}
-    assert not defined - named, (f"cocotb tests of tb/test_coherence.py that no group "
-                                 f"runs: {sorted(defined - named)}")
-    assert not named - defined, (f"groups name tests tb/test_coherence.py does not "
-                                 f"define: {sorted(named - defined)}")
+def test_coherence_variants_are_the_noisy_ones() -> None:
+    """Icarus and the default device run each coherence test's noisy variants, and only
+    those; Verilator ``small`` runs every variant (checked with the tags above)."""
+    every = test_coherence_cocotb.variants("verilator", "small")
+    for sim, config in (("icarus", "small"), ("verilator", "default")):
+        some = test_coherence_cocotb.variants(sim, config)
+        for g, names in every.items():
+            noisy = [n for n in names if "noise=False" not in n]
+            assert some[g] == noisy, (sim, config, g)
+            assert {n.split("/", 1)[0] for n in noisy} == {n.split("/", 1)[0] for n in names}

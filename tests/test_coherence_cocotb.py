@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from tb.groups import groups
+
 from .conftest import run_cocotb_group, sim_configs
 
 #: ``CONFIG=<preset or .toml>`` runs one config on every simulator.
@@ -24,37 +26,22 @@ PARAMS = {"verilator": {"n_desc": 3, "n_gpu": 150},
           "icarus": {"n_desc": 2, "n_gpu": 60}}
 
 
-def _variants(test: str, sim: str, config: str, **extra: list) -> list[str]:
-    # Icarus, and the default device (a 16 K-cycle bias-table sweep per test), run the
-    # noisy variant only.
-    noise = (True,) if sim == "icarus" or config == "default" else (False, True)
-    names = [f"{test}/noise={n}" for n in noise]
-    for key, values in extra.items():
-        names = [f"{name}/{key}={v}" for name in names for v in values]
-    return names
+#: ``{group: [cocotb test names]}``, from the ``@group`` tags in ``tb/test_coherence.py``.
+GROUPS = groups("tb.test_coherence")
 
 
-def groups(sim: str, config: str) -> dict[str, list[str]]:
-    return {
-        "lookup": _variants("test_lookup_through_host_cache", sim, config, bias=["host", "device"]),
-        "update": _variants("test_update_through_host_cache", sim, config, bias=["host", "device"]),
-        "flips": [*_variants("test_flips_under_traffic", sim, config),
-                  *_variants("test_host_claim_flips_page_back", sim, config),
-                  *_variants("test_reset_in_coherent_traffic", sim, config)],
-        "gpu_memory": [*_variants("test_mlp_snapshot_from_gpu", sim, config),
-                       *_variants("test_mlp_snapshot_while_gpu_writes", sim, config),
-                       *_variants("test_completions_in_gpu_memory", sim, config),
-                       "test_bad_coherence_input"],
-        "protocol": [*_variants("test_host_bias_writes_mem_rd_fwd", sim, config),
-                     *_variants("test_flip_claims_mem_rd_fwd_or_go_e", sim, config),
-                     *_variants("test_dcoh_host_errors", sim, config),
-                     "test_dcoh_unexpected_h2d"],
-    }
+def variants(sim: str, config: str) -> dict[str, list[str]]:
+    """The variants each group runs on ``sim`` and ``config``: all of them on Verilator
+    ``small``; the noisy ones only on Icarus and on the default device (a 16 K-cycle
+    bias-table sweep per test)."""
+    noisy_only = sim == "icarus" or config == "default"
+    return {g: [n for n in names if not (noisy_only and "/noise=False" in n)]
+            for g, names in GROUPS.items()}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("group", ["lookup", "update", "flips", "gpu_memory", "protocol"])
+@pytest.mark.parametrize("group", list(GROUPS))
 @pytest.mark.parametrize("sim, config", CASES)
 def test_coherence(sim: str, config: str, group: str) -> None:
-    run_cocotb_group("tb.test_coherence", config, sim, group, groups(sim, config)[group],
+    run_cocotb_group("tb.test_coherence", config, sim, group, variants(sim, config)[group],
                      PARAMS[sim])
