@@ -29,6 +29,7 @@ from .cxl.dcoh_gate import DcohGate
 from .cxl.m2s_router import M2sRouter
 from .cxl.mem_endpoint import MemEndpoint
 from .cxl.messages import (
+    LINE_ADDR_BITS,
     S2MDRS,
     S2MNDR,
     D2HData,
@@ -40,6 +41,7 @@ from .cxl.messages import (
     M2SReq,
     M2SRwD,
 )
+from .engine.buffer_reader import BURST as BAG_BURST_LINES
 from .engine.engine import Engine
 
 __all__ = ["DCOH_CQID_BASE", "PMEM_REGISTER_RESPONSES", "Device"]
@@ -152,8 +154,8 @@ class Device(wiring.Component):
         m.submodules.engine = engine = Engine(config=self._config)
         # Every engine access to device memory asks the DCOH first (pass-through while
         # COH_CTRL.HDM_D is 0): one request per line, bursts of up to a row (the bag
-        # sequencer reads 8 lines at a time).
-        burst = 1 << (max(8, cfg.engine_max_lines) - 1).bit_length()
+        # sequencer's buffer readers burst up to buffer_reader.BURST = 8 lines).
+        burst = 1 << (max(BAG_BURST_LINES, cfg.engine_max_lines) - 1).bit_length()
         m.submodules.gate = gate = DcohGate(
             addr_width=cfg.pmem_addr_width, id_width=cfg.axi_id_width,
             handle_bits=(cfg.dcoh_cqids - 1).bit_length(),
@@ -212,7 +214,7 @@ class Device(wiring.Component):
             regs.err_addr_lo_capture.eq(error),
             regs.err_addr_lo_value.eq(info.address[0:32]),
             regs.err_addr_hi_capture.eq(error),
-            regs.err_addr_hi_value.eq(info.address[32:46]),
+            regs.err_addr_hi_value.eq(info.address[32:LINE_ADDR_BITS]),
             regs.err_info_capture.eq(error),
             regs.err_info_value.channel.eq(info.channel),
             regs.err_info_value.opcode.eq(info.opcode),
@@ -338,7 +340,7 @@ class Device(wiring.Component):
             ]
         m.d.comb += [
             regs.coh_dcoh_err_addr_lo.eq(dcoh.o_err_first.address[0:32]),
-            regs.coh_dcoh_err_addr_hi.eq(dcoh.o_err_first.address[32:46]),
+            regs.coh_dcoh_err_addr_hi.eq(dcoh.o_err_first.address[32:LINE_ADDR_BITS]),
         ]
         chk = dcoh.o_host_chk
         m.d.comb += [

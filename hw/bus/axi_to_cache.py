@@ -10,13 +10,11 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..cxl.cache_agent import RD_REQ, RD_RSP
-from ..cxl.messages import LINE_BITS
+from ..cxl.messages import LINE_ADDR_BITS, LINE_BITS
 from .axi import AXI4Signature, AxiResp
 
 __all__ = ["AxiToCache"]
 
-#: Host line addresses are 46 bits wide (byte address bits 51:6).
-_HOST_LINE_BITS = RD_REQ["address"].width
 _LINE_SHIFT = 6
 
 
@@ -51,7 +49,7 @@ class AxiToCache(wiring.Component):
         The same port on towards PMEM.
     host : ``In(1)``
         Reads go to ``o_rd`` / ``i_rd``.
-    base_line : ``In(46)``
+    base_line : ``In(LINE_ADDR_BITS)``
         Host line address that byte address 0 reads.
     o_rd, i_rd : ``Out(stream.Signature(RD_REQ))``, ``In(stream.Signature(RD_RSP))``
         The CXL.cache agent's read request and response streams.
@@ -67,7 +65,7 @@ class AxiToCache(wiring.Component):
             "sub": In(axi),
             "pmem": Out(axi),
             "host": In(1),
-            "base_line": In(_HOST_LINE_BITS),
+            "base_line": In(LINE_ADDR_BITS),
             "o_rd": Out(stream.Signature(RD_REQ)),
             "i_rd": In(stream.Signature(RD_RSP)),
         })

@@ -13,6 +13,7 @@ from functools import reduce
 from amaranth.hdl import C, Cat, Module, Signal, Value
 from amaranth.lib import data
 
+from hw.config import LINE_BITS
 from hw.cxl.messages import Codec
 
 __all__ = [
@@ -22,7 +23,6 @@ __all__ = [
     "sum64_finish",
 ]
 
-LINE_BITS = 512
 #: Byte address of the commit word (superblock line 1, bytes 0..7).
 COMMIT_WORD_ADDR = 64
 

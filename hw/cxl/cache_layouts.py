@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from amaranth.lib import data
 
-from .messages import LINE_BITS
+from .messages import LINE_ADDR_BITS, LINE_BITS
 
 __all__ = [
     "ERR_DETAILS",
@@ -29,13 +29,13 @@ TAG_BITS = 16
 ID_BITS = 12
 
 #: A read of one line of host memory: ``address`` is the line address Addr[51:6].
-RD_REQ = data.StructLayout({"address": 46, "tag": TAG_BITS})
+RD_REQ = data.StructLayout({"address": LINE_ADDR_BITS, "tag": TAG_BITS})
 
 #: The line read, in request order; ``error`` as :class:`CacheAgent` lists.
 RD_RSP = data.StructLayout({"data": LINE_BITS, "tag": TAG_BITS, "error": 1})
 
 #: A write of one whole line of host memory.
-WR_REQ = data.StructLayout({"address": 46, "data": LINE_BITS, "tag": TAG_BITS})
+WR_REQ = data.StructLayout({"address": LINE_ADDR_BITS, "data": LINE_BITS, "tag": TAG_BITS})
 
 #: A write's completion, in request order.
 WR_RSP = data.StructLayout({"tag": TAG_BITS, "error": 1})

@@ -12,6 +12,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..config import LINE_BYTES
 from ..csr.error_log import ErrorLog
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
@@ -20,16 +21,16 @@ from .bias_flip import FLIP_STATUS, BiasFlip, flip_layout
 from .bias_table import BiasTable
 from .dcoh_answers import ANSWER_INFO, DcohAnswers
 from .dcoh_grants import DcohGrants, grant_layout
-from .entry_allocator import ACC_REQ, ENTRY_INFO, LINE_BITS, EntryAllocator
+from .entry_allocator import ACC_REQ, ENTRY_INFO, EntryAllocator
 from .entry_pages import EntryPages
 from .host_check import HostCheck
-from .messages import D2HReq, D2HReqOpcode, H2DData, H2DRsp, M2SReq
+from .messages import LINE_ADDR_BITS, D2HReq, D2HReqOpcode, H2DData, H2DRsp, M2SReq
 
 __all__ = [
     "ACC_REQ",
     "CHK_RSP",
     "ERR_INFO",
-    "LINE_BITS",
+    "LINE_ADDR_BITS",
     "Dcoh",
     "DcohError",
     "grant_layout",
@@ -37,9 +38,6 @@ __all__ = [
 
 #: Width of a CQID (CXL 2.0 §3.2.3; ``docs/cxl-encodings.md``).
 _CQID_BITS = 12
-
-#: Bytes per line: a page holds ``page_bytes // 64`` lines.
-_LINE_BYTES = 64
 
 #: The answer to a host check: ``flipped`` the page was in device bias and has been
 #: flipped back to host bias; ``error`` the line was beyond device memory (nothing done).
@@ -238,11 +236,11 @@ class Dcoh(wiring.Component):
         H2D Rsp naming the pool's CQIDs (always ready).
     i_h2d_data : ``In(stream.Signature(H2DData))``
         H2D Data naming the pool's CQIDs; only its header is used (always ready).
-    i_host_chk : ``In(stream.Signature(46))``
+    i_host_chk : ``In(stream.Signature(LINE_ADDR_BITS))``
         Device line address of a host access.
     o_host_chk : ``Out(stream.Signature(CHK_RSP))``
         Check answers, in check order.
-    hdm_base : ``In(46)``
+    hdm_base : ``In(LINE_ADDR_BITS)``
         Host line address of device line 0 (the endpoint's HDM base). May change only
         while the DCOH is idle.
     i_flip_start : ``In(1)``
@@ -282,8 +280,8 @@ class Dcoh(wiring.Component):
                  cqid_base: int = 0, read_opcode: D2HReqOpcode = D2HReqOpcode.RdCurr):
         if not _is_int(pages) or not 1 <= pages <= 1 << 24:
             raise ValueError(f"pages must be an integer from 1 to {1 << 24}, not {pages!r}")
-        if not _is_pow2(page_bytes) or not _LINE_BYTES <= page_bytes <= 1 << 21:
-            raise ValueError(f"page_bytes must be a power of two from {_LINE_BYTES} to "
+        if not _is_pow2(page_bytes) or not LINE_BYTES <= page_bytes <= 1 << 21:
+            raise ValueError(f"page_bytes must be a power of two from {LINE_BYTES} to "
                              f"{1 << 21}, not {page_bytes!r}")
         if not _is_pow2(cqids) or not 2 <= cqids <= 256:
             raise ValueError(f"cqids must be a power of two from 2 to 256, not {cqids!r}")
@@ -309,9 +307,9 @@ class Dcoh(wiring.Component):
             "i_fwd": In(stream.Signature(M2SReq)),
             "i_h2d_rsp": In(stream.Signature(H2DRsp)),
             "i_h2d_data": In(stream.Signature(H2DData)),
-            "i_host_chk": In(stream.Signature(LINE_BITS)),
+            "i_host_chk": In(stream.Signature(LINE_ADDR_BITS)),
             "o_host_chk": Out(stream.Signature(CHK_RSP)),
-            "hdm_base": In(LINE_BITS),
+            "hdm_base": In(LINE_ADDR_BITS),
             "i_flip_start": In(1),
             "i_flip": In(self._flip_layout),
             "o_flip": Out(self.FLIP_STATUS),
@@ -333,7 +331,7 @@ class Dcoh(wiring.Component):
 
     @property
     def lines_per_page(self) -> int:
-        return self._page_bytes // _LINE_BYTES
+        return self._page_bytes // LINE_BYTES
 
     @property
     def cqids(self) -> int:
@@ -373,10 +371,10 @@ class Dcoh(wiring.Component):
         m.submodules.answers = ans = DcohAnswers(cqids=n, cqid_base=self._cqid_base)
         m.submodules.grants = grants = DcohGrants(entries=n)
         m.submodules.entry_pages = pages = EntryPages(
-            pages=self._pages, lines_per_page=lpp, entries=n, line_bits=LINE_BITS)
+            pages=self._pages, lines_per_page=lpp, entries=n, line_bits=LINE_ADDR_BITS)
         m.submodules.check = chk = HostCheck(
             total_lines=self._pages * lpp, lines_per_page=lpp, page_bits=pb,
-            entries=n, chk_layout=CHK_RSP, line_bits=LINE_BITS)
+            entries=n, chk_layout=CHK_RSP, line_bits=LINE_ADDR_BITS)
         m.submodules.flip = flip = BiasFlip(pages=self._pages, lines_per_page=lpp, entries=n)
         m.submodules.errors = log = ErrorLog(kinds=DcohError.COUNT, info=ANSWER_INFO)
         for port in ("i_fwd", "i_h2d_rsp", "i_h2d_data"):

@@ -13,7 +13,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..widths import named, onehot
 from ..widths import select_bit as _bit
-from .messages import GoState, H2DData, H2DRsp, H2DRspOpcode, M2SReq, M2SReqOpcode
+from .messages import LINE_ADDR_BITS, GoState, H2DData, H2DRsp, H2DRspOpcode, M2SReq, M2SReqOpcode
 
 __all__ = ["ANSWER_INFO", "DcohAnswers"]
 
@@ -22,7 +22,7 @@ _CQID_BITS = 12
 
 #: Details of an answer error: the message's opcode (M2S for a forward, H2D Rsp for an
 #: H2D Rsp, 0 for H2D Data), its Tag or CQID, and a forward's line address (0 for H2D).
-ANSWER_INFO = data.StructLayout({"opcode": 4, "id": 16, "address": 46})
+ANSWER_INFO = data.StructLayout({"opcode": 4, "id": 16, "address": LINE_ADDR_BITS})
 
 
 class DcohAnswers(wiring.Component):
@@ -75,7 +75,7 @@ class DcohAnswers(wiring.Component):
             "i_claim": In(cqids),
             "i_write": In(cqids),
             "o_info_addr": Out(range(cqids)),
-            "i_info_line": In(46),
+            "i_info_line": In(LINE_ADDR_BITS),
             "o_permitted": Out(cqids),
             "o_denied": Out(cqids),
             "o_claims_done": Out(cqids),
@@ -96,7 +96,7 @@ class DcohAnswers(wiring.Component):
         err = self.o_err
 
         # --- forwards -----------------------------------------------------------------
-        f1_valid, f1_op, f1_tag, f1_line = Signal(), Signal(4), Signal(16), Signal(46)
+        f1_valid, f1_op, f1_tag, f1_line = Signal(), Signal(4), Signal(16), Signal(LINE_ADDR_BITS)
         m.d.comb += [fwd.ready.eq(1), self.o_info_addr.eq(fwd.p.tag[:k])]
         m.d.sync += f1_valid.eq(fwd.valid)
         with m.If(fwd.valid):

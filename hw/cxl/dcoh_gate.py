@@ -12,11 +12,12 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..bus.axi import AXI4Signature, AxiResp
+from ..config import LINE_BITS
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
 from ..widths import named, onehot
 from ..widths import select_bit as _bit
-from .dcoh import ACC_REQ, LINE_BITS, grant_layout
+from .dcoh import ACC_REQ, LINE_ADDR_BITS, grant_layout
 from .done_walker import DoneWalker
 from .round_robin import first_from
 from .w_beat_buffer import WBeatBuffer
@@ -25,7 +26,6 @@ __all__ = ["DcohGate"]
 
 #: log2 of the bytes of a line (and of an AXI beat: 512-bit data).
 _LINE_SHIFT = 6
-_DATA_WIDTH = 512
 #: AR / AW payload members besides ``valid`` / ``ready``, kept per entry and re-issued.
 _ADDR_FIELDS = ("id", "addr", "len", "size", "burst", "lock", "cache", "prot")
 
@@ -72,7 +72,7 @@ class _Path:
         # --- i_acc generator: one request per line of the burst being asked for ----------
         self.g_valid = Signal(name=f"{name}_g_valid")
         self.g_entry = Signal(eb, name=f"{name}_g_entry")
-        self.g_line = Signal(LINE_BITS, name=f"{name}_g_line")
+        self.g_line = Signal(LINE_ADDR_BITS, name=f"{name}_g_line")
         self.g_k = Signal(kb, name=f"{name}_g_k")
         g_last = Signal(kb, name=f"{name}_g_last")
         self.g_take = Signal(name=f"{name}_g_take")    # driven by the o_acc arbiter
@@ -264,9 +264,9 @@ class DcohGate(wiring.Component):
 
     def __init__(self, *, addr_width: int, id_width: int, handle_bits: int = 6,
                  entries: int = 16, max_burst_lines: int = 16):
-        if not _is_int(addr_width) or not 7 <= addr_width <= LINE_BITS + _LINE_SHIFT:
+        if not _is_int(addr_width) or not 7 <= addr_width <= LINE_ADDR_BITS + _LINE_SHIFT:
             raise ValueError(f"addr_width must be an integer from 7 to "
-                             f"{LINE_BITS + _LINE_SHIFT}, not {addr_width!r}")
+                             f"{LINE_ADDR_BITS + _LINE_SHIFT}, not {addr_width!r}")
         if not _is_int(id_width) or not 1 <= id_width <= 32:
             raise ValueError(f"id_width must be an integer from 1 to 32, not {id_width!r}")
         if not _is_int(handle_bits) or not 1 <= handle_bits <= 8:
@@ -287,7 +287,7 @@ class DcohGate(wiring.Component):
         # no signal is zero bits wide).
         self._kbits = max(1, max_burst_lines.bit_length() - 1)
         self._grant_layout = grant_layout(handle_bits)
-        axi = AXI4Signature(addr_width=addr_width, data_width=_DATA_WIDTH, id_width=id_width)
+        axi = AXI4Signature(addr_width=addr_width, data_width=LINE_BITS, id_width=id_width)
         super().__init__({
             "up": In(axi),
             "down": Out(axi),
@@ -357,7 +357,7 @@ class DcohGate(wiring.Component):
         # --- W: buffered, and passed on only for AWs already downstream --------------
         # The buffer takes W beats while their AW waits for its grants, so a manager
         # that presents AW and W together (and waits for both) keeps streaming.
-        m.submodules.w_buf = w_buf = WBeatBuffer(data_width=_DATA_WIDTH,
+        m.submodules.w_buf = w_buf = WBeatBuffer(data_width=LINE_BITS,
                                                  depth=self._w_buffer, entries=n)
         w_in, w_out = w_buf.i_w, w_buf.o_w
         m.d.comb += [

@@ -18,6 +18,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data
 
 from ..config import LINE_BITS, DeviceConfig
+from .messages import LINE_ADDR_BITS
 
 __all__ = [
     "ECHOED",
@@ -64,7 +65,7 @@ class ErrorChannel:
 
 #: Details of the error(s) flagged in the same cycle on ``o_err_set``. ``address`` is the
 #: host line address (Addr[51:6]) for the M2S channels, the device line address for PMEM.
-ErrorInfo = data.StructLayout({"channel": 2, "opcode": 4, "address": 46})
+ErrorInfo = data.StructLayout({"channel": 2, "opcode": 4, "address": LINE_ADDR_BITS})
 
 #: An accepted M2S request's error bits (:class:`MemError`) and their details.
 M2SError = data.StructLayout({"errors": MemError.COUNT, "info": ErrorInfo})
@@ -110,7 +111,7 @@ def request_layout(config: DeviceConfig) -> data.StructLayout:
     return data.StructLayout({
         **_ECHO_LAYOUT,
         "opcode": 4,
-        "line": 46,                 # host line address, for the error report
+        "line": LINE_ADDR_BITS,     # host line address, for the error report
         "to_pmem": 1,               # served by one PMEM access
         "immediate": 1,             # answered without PMEM (NDR, or MemData-NXM)
         "errors": MemError.COUNT,
@@ -172,17 +173,19 @@ def dev_load_thresholds(max_tags: int) -> tuple[int, int, int]:
 
 
 def hdm_decode(m: Module, line, hdm_base, hdm_size, pmem_lines: int, name: str):
-    """The HDM decoder: ``(in range, offset)`` of host line address ``line`` (46 bits)
-    for ``hdm_base`` (46 bits) and ``hdm_size`` (47 bits; bit 46 set: the whole space).
-    In range means at or above the base, below base + size, and inside the
-    ``pmem_lines`` lines of device memory; ``offset[:46]`` is then the device line."""
-    offset = Signal(47, name=f"{name}_offset")   # bit 46: borrow
+    """The HDM decoder: ``(in range, offset)`` of host line address ``line``
+    (``LINE_ADDR_BITS``, 46 bits) for ``hdm_base`` (46 bits) and ``hdm_size`` (47 bits;
+    bit 46 set: the whole space). In range means at or above the base, below base + size,
+    and inside the ``pmem_lines`` lines of device memory; ``offset[:46]`` is then the
+    device line."""
+    top = LINE_ADDR_BITS
+    offset = Signal(top + 1, name=f"{name}_offset")   # bit 46: borrow
     in_range = Signal(name=f"{name}_in_range")
     m.d.comb += [
         offset.eq(line - hdm_base),
         # Compare 46 bits and treat size bit 46 separately: when a parent ties that bit
         # to 0, Yosys then keeps both comparison operands equally wide.
-        in_range.eq(~offset[46] & (hdm_size[46] | (offset[:46] < hdm_size[:46])) &
+        in_range.eq(~offset[top] & (hdm_size[top] | (offset[:top] < hdm_size[:top])) &
                     (offset < pmem_lines)),
     ]
     return in_range, offset

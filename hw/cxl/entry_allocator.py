@@ -16,12 +16,9 @@ from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
 from ..widths import lowest_set, named, onehot
 from .cache_agent import TAG_BITS
-from .messages import D2HReq, D2HReqOpcode
+from .messages import LINE_ADDR_BITS, D2HReq, D2HReqOpcode
 
-__all__ = ["ACC_REQ", "ENTRY_INFO", "LINE_BITS", "EntryAllocator"]
-
-#: Width of a line address, device (offset in the HDM) or host (Addr[51:6]).
-LINE_BITS = 46
+__all__ = ["ACC_REQ", "ENTRY_INFO", "LINE_ADDR_BITS", "EntryAllocator"]
 
 #: Width of a CQID (CXL 2.0 §3.2.3; ``docs/cxl-encodings.md``).
 _CQID_BITS = 12
@@ -29,12 +26,12 @@ _CQID_BITS = 12
 #: A device access asking for permission: ``line`` is the device line address (the line's
 #: offset from the start of device memory, in lines), ``write`` the access kind, ``tag``
 #: the user's, returned with the grant.
-ACC_REQ = data.StructLayout({"line": LINE_BITS, "write": 1, "tag": TAG_BITS})
+ACC_REQ = data.StructLayout({"line": LINE_ADDR_BITS, "write": 1, "tag": TAG_BITS})
 
 #: What an entry was allocated for: the host line of its D2H Req (the device line of an
 #: access beyond device memory, for the error record), the access's tag, a claim or an
 #: access, and the access's ``host_bias`` and ``error``.
-ENTRY_INFO = data.StructLayout({"host_line": LINE_BITS, "tag": TAG_BITS, "claim": 1,
+ENTRY_INFO = data.StructLayout({"host_line": LINE_ADDR_BITS, "tag": TAG_BITS, "claim": 1,
                                 "host_bias": 1, "error": 1})
 
 
@@ -93,15 +90,15 @@ class EntryAllocator(wiring.Component):
         The bias read port.
     i_free : ``In(entries)``
         Entries free for allocation.
-    i_hdm_base : ``In(LINE_BITS)``
+    i_hdm_base : ``In(LINE_ADDR_BITS)``
         Host line address of device line 0.
-    i_claim_want : ``In(1)``; i_claim_line : ``In(LINE_BITS)``
+    i_claim_want : ``In(1)``; i_claim_line : ``In(LINE_ADDR_BITS)``
         The flip's next claim, of a line of ``i_claim_page`` (``In(page bits)``); it
         goes with ``o_claim_go`` (``Out(1)``).
     o_alloc, o_wait, o_claim, o_permit, o_range_error : ``Out(entries)``
         The entry allocated this cycle (one-hot), if it is for a host-bias access, a
         claim, a device-bias access or an access beyond device memory.
-    o_page : ``Out(page bits)``; o_line : ``Out(LINE_BITS)``
+    o_page : ``Out(page bits)``; o_line : ``Out(LINE_ADDR_BITS)``
         The allocated entry's page, and the access's device line.
     o_info_en : ``Out(1)``; o_info_addr : ``Out(range(entries))``
         Write the allocated entry's ``o_info`` (``Out(ENTRY_INFO)``).
@@ -145,9 +142,9 @@ class EntryAllocator(wiring.Component):
             "o_bias_page": Out(pb),
             "i_bias_dev": In(1),
             "i_free": In(entries),
-            "i_hdm_base": In(LINE_BITS),
+            "i_hdm_base": In(LINE_ADDR_BITS),
             "i_claim_want": In(1),
-            "i_claim_line": In(LINE_BITS),
+            "i_claim_line": In(LINE_ADDR_BITS),
             "i_claim_page": In(pb),
             "o_claim_go": Out(1),
             "o_alloc": Out(entries),
@@ -156,7 +153,7 @@ class EntryAllocator(wiring.Component):
             "o_permit": Out(entries),
             "o_range_error": Out(entries),
             "o_page": Out(pb),
-            "o_line": Out(LINE_BITS),
+            "o_line": Out(LINE_ADDR_BITS),
             "o_info_en": Out(1),
             "o_info_addr": Out(range(entries)),
             "o_info": Out(ENTRY_INFO),
@@ -234,8 +231,8 @@ class EntryAllocator(wiring.Component):
 
         # --- the allocation ----------------------------------------------------------------
         alloc = named(m, access_allocated | claim_allocated, "allocating")
-        access_host_line = Signal(LINE_BITS)
-        claim_host_line = Signal(LINE_BITS)
+        access_host_line = Signal(LINE_ADDR_BITS)
+        claim_host_line = Signal(LINE_ADDR_BITS)
         cqid = Const(self._cqid_base, _CQID_BITS) | free_idx
         m.d.comb += [
             access_host_line.eq(self.i_hdm_base + access.line),

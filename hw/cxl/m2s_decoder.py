@@ -18,6 +18,7 @@ from .endpoint_layouts import (
     xor_fold,
 )
 from .messages import (
+    LINE_ADDR_BITS,
     M2SReq,
     M2SReqOpcode,
     M2SRwD,
@@ -74,9 +75,9 @@ class M2SDecoder(wiring.Component):
         M2S RwD channel.
     o_req, o_rwd: ``Out(stream.Signature(request_layout(config)))``
         The two channels, decoded.
-    hdm_base: ``In(46)``
+    hdm_base: ``In(LINE_ADDR_BITS)``
         HDM base as a host line address.
-    hdm_size: ``In(47)``
+    hdm_size: ``In(LINE_ADDR_BITS + 1)``
         HDM size in lines; lines beyond ``config.pmem_lines`` are outside the HDM.
 
     Raises
@@ -93,8 +94,8 @@ class M2SDecoder(wiring.Component):
             "i_rwd": In(stream.Signature(M2SRwD)),
             "o_req": Out(stream.Signature(layout)),
             "o_rwd": Out(stream.Signature(layout)),
-            "hdm_base": In(46),
-            "hdm_size": In(47),
+            "hdm_base": In(LINE_ADDR_BITS),
+            "hdm_size": In(LINE_ADDR_BITS + 1),
         })
 
     @property

@@ -12,12 +12,17 @@ from amaranth.lib.wiring import In, Out
 from ..widths import is_int
 from .dcoh import CHK_RSP
 from .mem_endpoint import hdm_decode
-from .messages import M2SReq, M2SReqOpcode, M2SRwD, M2SRwDOpcode, MetaField, MetaValue
+from .messages import (
+    LINE_ADDR_BITS,
+    M2SReq,
+    M2SReqOpcode,
+    M2SRwD,
+    M2SRwDOpcode,
+    MetaField,
+    MetaValue,
+)
 
 __all__ = ["M2sRouter"]
-
-#: Width of a line address (Addr[51:6]).
-LINE_BITS = 46
 
 #: Messages each channel holds while their checks are answered (the DCOH answers an
 #: undrained check two or three cycles after its handshake, so four keep one message
@@ -74,12 +79,12 @@ class M2sRouter(wiring.Component):
         To the memory endpoint.
     o_fwd : ``Out(stream.Signature(M2SReq))``
         Forwards, to the DCOH.
-    o_chk : ``Out(stream.Signature(46))``
+    o_chk : ``Out(stream.Signature(LINE_ADDR_BITS))``
         Device line address of a checked message, to the DCOH.
     i_chk : ``In(stream.Signature(CHK_RSP))``
         The DCOH's answers, in check order.
     enable : ``In(1)``
-    hdm_base : ``In(46)``, hdm_size : ``In(47)``
+    hdm_base : ``In(LINE_ADDR_BITS)``, hdm_size : ``In(LINE_ADDR_BITS + 1)``
         The endpoint's HDM decoder (host line address of device line 0; lines, where
         bit 46 set means the whole space); with the parameter ``pmem_lines`` (lines of
         device memory) the router decodes exactly as the endpoint does
@@ -98,11 +103,11 @@ class M2sRouter(wiring.Component):
             "o_req": Out(stream.Signature(M2SReq)),
             "o_rwd": Out(stream.Signature(M2SRwD)),
             "o_fwd": Out(stream.Signature(M2SReq)),
-            "o_chk": Out(stream.Signature(LINE_BITS)),
+            "o_chk": Out(stream.Signature(LINE_ADDR_BITS)),
             "i_chk": In(stream.Signature(CHK_RSP)),
             "enable": In(1),
-            "hdm_base": In(LINE_BITS),
-            "hdm_size": In(LINE_BITS + 1),
+            "hdm_base": In(LINE_ADDR_BITS),
+            "hdm_size": In(LINE_ADDR_BITS + 1),
             "o_busy": Out(1),
         })
 
@@ -115,7 +120,7 @@ class M2sRouter(wiring.Component):
             endpoint's own decoder, so exactly the lines it serves are checked."""
             in_range, offset = hdm_decode(m, line, self.hdm_base, self.hdm_size,
                                           self._pmem_lines, name)
-            return in_range, offset[:LINE_BITS]
+            return in_range, offset[:LINE_ADDR_BITS]
 
         req, rwd = self.i_req.p, self.i_rwd.p
         req_range, req_line = decode(req.address[1:], "req")

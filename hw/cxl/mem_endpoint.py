@@ -25,7 +25,7 @@ from .endpoint_layouts import (
     hdm_decode,
 )
 from .m2s_decoder import M2SDecoder
-from .messages import S2MDRS, S2MNDR, M2SReq, M2SRwD
+from .messages import LINE_ADDR_BITS, S2MDRS, S2MNDR, M2SReq, M2SRwD
 from .ordering_table import OrderingTable
 from .slot_tracker import SlotTracker
 
@@ -132,9 +132,9 @@ class MemEndpoint(wiring.Component):
         PMEM manager port (``addr_width=config.pmem_addr_width``, ``data_width=512``,
         ``id_width=config.axi_id_width``): single-beat 64-byte bursts, ARID / AWID = the
         request's in-flight slot. Responses may come back in any order across IDs.
-    hdm_base: ``In(46)``
+    hdm_base: ``In(LINE_ADDR_BITS)``
         HDM base as a host line address (Addr[51:6]). May change only while idle.
-    hdm_size: ``In(47)``
+    hdm_size: ``In(LINE_ADDR_BITS + 1)``
         HDM size in lines. Lines beyond ``config.pmem_lines`` are outside the HDM.
     o_err_set: ``Out(MemError.COUNT)``
         One-cycle pulse per error, bit positions in :class:`MemError`; registered, so it
@@ -166,8 +166,8 @@ class MemEndpoint(wiring.Component):
             "pmem": Out(AXI4Signature(addr_width=config.pmem_addr_width,
                                       data_width=config.line_bits,
                                       id_width=config.axi_id_width)),
-            "hdm_base": In(46),
-            "hdm_size": In(47),
+            "hdm_base": In(LINE_ADDR_BITS),
+            "hdm_size": In(LINE_ADDR_BITS + 1),
             "o_err_set": Out(MemError.COUNT),
             "o_err_info": Out(ErrorInfo),
             "o_perf": Out(PerfEvents),

@@ -25,8 +25,12 @@ from __future__ import annotations
 
 from amaranth.lib import data, enum
 
+from ..config import LINE_BITS
+
 __all__ = [
     "CHANNELS",
+    "LINE_ADDR_BITS",
+    "LINE_BITS",
     "REFERENCE_BITS",
     "S2MDRS",
     "S2MNDR",
@@ -55,7 +59,10 @@ __all__ = [
     "SnpType",
 ]
 
-LINE_BITS = 512
+#: Width of a line address: Addr[51:6], the line address (host; also the widest device
+#: line, an offset in the HDM). ``LINE_BITS``, the line's 512 data bits, is
+#: ``hw.config``'s, re-exported here.
+LINE_ADDR_BITS = 46
 
 
 # --- CXL.mem encodings (CXL 2.0 §3.3; docs/cxl-encodings.md) --------------------------
@@ -199,7 +206,7 @@ M2SRwD = data.StructLayout({
     "meta_field": 2,
     "meta_value": 2,
     "tag": 16,
-    "address": 46,      # Addr[51:6], the line address
+    "address": LINE_ADDR_BITS,  # Addr[51:6], the line address
     "poison": 1,
     "tc": 2,
     "ld_id": 4,
@@ -238,7 +245,7 @@ D2HReq = data.StructLayout({
     "cqid": 12,
     "nt": 1,
     "rsvd0": 7,
-    "address": 46,      # Addr[51:6]
+    "address": LINE_ADDR_BITS,  # Addr[51:6]
     "rsvd1": 7,
 })
 """D2H Req, 79 bits (CXL 1.1 Table 6, CXL 3.1 Table 3-13)."""
@@ -262,7 +269,7 @@ D2HData = data.StructLayout({
 
 H2DReq = data.StructLayout({
     "opcode": 3,        # H2DReqOpcode
-    "address": 46,      # Addr[51:6]
+    "address": LINE_ADDR_BITS,  # Addr[51:6]
     "uqid": 12,
     "rsvd": 2,
 })

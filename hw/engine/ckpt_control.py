@@ -14,14 +14,13 @@ from ..ckpt.formats import COMMIT_MAGIC
 from ..ckpt.mlp_copy import LINES_WIDTH
 from ..ckpt.recovery import MLP_NONE
 from ..ckpt.recovery import Status as RecoveryStatus
+from ..cxl.messages import LINE_ADDR_BITS
 from .descriptor import DescKind, Descriptor, Status
 
 __all__ = ["CheckpointControl", "copier_signature", "dispatch_signature",
            "logger_signature", "recovery_signature"]
 
 _LINE_SHIFT = 6
-#: Host line addresses are 46 bits (byte address bits 51:6).
-_HOST_LINE_BITS = 46
 
 
 def dispatch_signature() -> wiring.Signature:
@@ -102,7 +101,7 @@ class CheckpointControl(wiring.Component):
     complete, quiet, recover : ``In(1)``
     mlp_k : ``In(16)``; mlp_src_host : ``In(1)``
         ``CK_MLP_K`` and ``COH_CTRL.MLP_SRC_HOST``.
-    src_line : ``Out(46)``
+    src_line : ``Out(LINE_ADDR_BITS)``
         With ``mlp_src_host``, the host line of the running copy's source.
     copier, recovery, logger : ``Out(copier_signature(addr_width))``, ...
         To the blocks (:func:`copier_signature`, :func:`recovery_signature`,
@@ -125,7 +124,7 @@ class CheckpointControl(wiring.Component):
             "recover": In(1),
             "mlp_k": In(16),
             "mlp_src_host": In(1),
-            "src_line": Out(_HOST_LINE_BITS),
+            "src_line": Out(LINE_ADDR_BITS),
             "copier": Out(copier_signature(addr_width)),
             "recovery": Out(recovery_signature(addr_width)),
             "logger": Out(logger_signature()),

@@ -6,7 +6,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.bus.axi import AXI4Signature
+from hw.config import LINE_BITS
 from hw.cxl.cache_agent import WR_REQ, WR_RSP
+from hw.cxl.messages import LINE_ADDR_BITS
 
 from .bag_sequencer import STATUS
 from .desc_fetch import RING_ORDER_MAX, slot_mask
@@ -19,7 +21,6 @@ from .scatter_update import DONE
 
 __all__ = ["INFO", "RECORD", "Completion"]
 
-_LINE_BITS = 512
 _LINE_SHIFT = 6
 
 #: What the completion stage keeps of a dispatched descriptor (in ring order).
@@ -54,7 +55,7 @@ RECORD = data.StructLayout({
     "bags": 32,
     "rows_written": 32,
     "updates": 32,
-    "rsvd2": _LINE_BITS - 288,
+    "rsvd2": LINE_BITS - 288,
 })
 
 
@@ -119,11 +120,11 @@ class Completion(wiring.Component):
             "i_done": In(stream.Signature(DONE)),
             "cq_base": In(addr_width),
             "cq_host": In(1),
-            "cq_host_line": In(46),
+            "cq_host_line": In(LINE_ADDR_BITS),
             "o_rec": Out(stream.Signature(WR_REQ)),
             "i_rec": In(stream.Signature(WR_RSP)),
             "ring_order": In(5),
-            "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=_LINE_BITS,
+            "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
             "upd_finish": Out(1),
             "head": Out(32),
@@ -197,7 +198,7 @@ class Completion(wiring.Component):
             m.d.comb += [wr.valid.eq(1), wr.p.addr.eq(addr), wr.p.data.eq(line),
                          wr.p.strb.eq(strb)]
 
-        ones = (1 << (_LINE_BITS // 8)) - 1
+        ones = (1 << (LINE_BITS // 8)) - 1
         st, pooled, new = self.i_status, mask.o_line, self.i_info.payload
         error_now = st.valid & ~got & st.p.status.any()
         ok_now = st.valid & ~got & ~st.p.status.any()

@@ -7,6 +7,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from hw.bus.axi import AXI4Signature, AxiBurst
+from hw.config import LINE_BITS
 
 from .descriptor import Descriptor
 
@@ -18,7 +19,6 @@ FETCHED = data.StructLayout({"desc": Descriptor, "seq": 32})
 #: Largest ring order: 2**16 descriptors.
 RING_ORDER_MAX = 16
 
-_LINE_BITS = 512
 _LINE_SHIFT = 6
 
 
@@ -72,7 +72,7 @@ class DescFetch(wiring.Component):
             "ring_base": In(addr_width),
             "ring_order": In(5),
             "tail": In(32),
-            "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=_LINE_BITS,
+            "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
             "o_desc": Out(stream.Signature(FETCHED)),
             "busy": Out(1),

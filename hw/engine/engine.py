@@ -15,7 +15,7 @@ from ..ckpt.logger import UndoLogger
 from ..ckpt.mlp_copy import MlpCopier
 from ..ckpt.recovery import Recovery
 from ..cxl.cache_agent import RD_REQ, RD_RSP, WR_REQ, WR_RSP
-from ..cxl.messages import LINE_BITS
+from ..cxl.messages import LINE_ADDR_BITS, LINE_BITS
 from .bag_sequencer import STATUS
 from .ckpt_control import CheckpointControl
 from .completion import Completion
@@ -102,7 +102,7 @@ class Engine(wiring.Component):
         Byte addresses of the ring and the completion-record array.
     ring_order, tail : ``In``
         Ring size ``2**min(ring_order, 16)`` and the doorbell count.
-    cq_host, cq_host_line : ``In(1)``, ``In(46)``
+    cq_host, cq_host_line : ``In(1)``, ``In(LINE_ADDR_BITS)``
         ``COH_CTRL.CQ_HOST`` and the host line address of the completion-record array in
         GPU memory: records go out on ``o_cache_wr`` (answered on ``i_cache_wr``).
     mlp_src_host : ``In(1)``
@@ -135,7 +135,7 @@ class Engine(wiring.Component):
             "cq_base": In(aw),
             "tail": In(32),
             "cq_host": In(1),
-            "cq_host_line": In(46),
+            "cq_host_line": In(LINE_ADDR_BITS),
             "mlp_src_host": In(1),
             "o_cache_rd": Out(stream.Signature(RD_REQ)),
             "i_cache_rd": In(stream.Signature(RD_RSP)),

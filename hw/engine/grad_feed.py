@@ -7,13 +7,13 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.bus.axi import AXI4Signature, AxiBurst
+from hw.config import LINE_BITS
 
 from .row_gather import ROW
 from .scatter_update import ITEM
 
 __all__ = ["GradFeed"]
 
-_LINE_BITS = 512
 _LINE_SHIFT = 6
 
 
@@ -72,7 +72,7 @@ class GradFeed(wiring.Component):
             "items": In(9),
             "finish": In(1),
             "i_rows": In(stream.Signature(ROW)),
-            "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=_LINE_BITS,
+            "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
             "o_items": Out(stream.Signature(ITEM)),
             "busy": Out(1),
@@ -87,7 +87,7 @@ class GradFeed(wiring.Component):
         aw = self._addr_width
         rb = self._ring_bits
         axi, rows, out = self.pmem, self.i_rows, self.o_items
-        m.submodules.ring = ring = Memory(shape=_LINE_BITS, depth=1 << rb, init=[])
+        m.submodules.ring = ring = Memory(shape=LINE_BITS, depth=1 << rb, init=[])
         rd = ring.read_port(transparent_for=())
         wr = ring.write_port()
 
@@ -129,7 +129,7 @@ class GradFeed(wiring.Component):
             axi.bready.eq(1),
             wr.addr.eq(rcv[:rb]),
             wr.data.eq(axi.rdata),
-            wr.en.eq(axi.rvalid.replicate(_LINE_BITS // 8)),
+            wr.en.eq(axi.rvalid.replicate(LINE_BITS // 8)),
             rd.addr.eq((cons + j)[:rb]),
         ]
         with m.If(ar & axi.arready):
@@ -146,7 +146,7 @@ class GradFeed(wiring.Component):
             out.p.row.eq(row.row),
             out.p.line.eq(j),
             out.p.weight.eq(row.weight),
-            out.p.grad.eq(Mux(j < self.glines, rd.data, C(0, _LINE_BITS))),
+            out.p.grad.eq(Mux(j < self.glines, rd.data, C(0, LINE_BITS))),
             out.p.last.eq(finishing),
             out.p.nop.eq(finishing),
         ]

@@ -10,18 +10,18 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.bus.axi import AXI4Signature, AxiBurst
+from hw.config import LINE_BITS
 
 __all__ = ["COUNT_BITS", "LineWriter", "line_write"]
 
-_LINE_BITS = 512
 #: Width of the write / B counters (modular; far more than the writes in flight).
 COUNT_BITS = 16
 
 
 def line_write(addr_width: int) -> data.StructLayout:
     """Payload of :attr:`LineWriter.i_write`."""
-    return data.StructLayout({"addr": addr_width, "data": _LINE_BITS,
-                              "strb": _LINE_BITS // 8})
+    return data.StructLayout({"addr": addr_width, "data": LINE_BITS,
+                              "strb": LINE_BITS // 8})
 
 
 class LineWriter(wiring.Component):
@@ -57,7 +57,7 @@ class LineWriter(wiring.Component):
             "w_count": Out(COUNT_BITS),
             "b_count": Out(COUNT_BITS),
             "resp_error": Out(1),
-            "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=_LINE_BITS,
+            "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
         })
 

@@ -9,13 +9,12 @@ from amaranth.lib.wiring import In, Out
 
 from hw.arith import Fp32ToBf16, FpAdd, FpDiv, FpMax, FpMul
 from hw.arith.fp32 import lzc, shift_left
+from hw.config import LINE_BITS
 
 from .descriptor import PoolMode
 
 __all__ = ["CTRL", "LINE", "POOLED", "PoolReduce"]
 
-#: Bits of a table / output line.
-LINE_BITS = 512
 #: fp32 elements of a line.
 LINE_ELEMS = LINE_BITS // 32
 

@@ -9,7 +9,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .update_layouts import check_int
+from hw.widths import check_int
 
 __all__ = ["RowCursor"]
 

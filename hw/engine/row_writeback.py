@@ -10,8 +10,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.bus.axi import AXI4Signature, AxiBurst
+from hw.widths import check_int
 
-from .update_layouts import LINE_BITS, check_cache_rows, check_int
+from .update_layouts import LINE_BITS, check_cache_rows
 
 __all__ = ["RowWriteback", "writeback_request"]
 

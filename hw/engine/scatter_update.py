@@ -7,6 +7,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.bus.axi import AXI4Signature
+from hw.widths import check_int
 
 from .row_cursor import RowCursor
 from .row_fill import RowFill
@@ -19,7 +20,6 @@ from .update_layouts import (
     ITEM,
     LINE_BITS,
     check_cache_rows,
-    check_int,
     ctrl_layout,
 )
 from .update_pipeline import UpdatePipeline

@@ -11,6 +11,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from hw.widths import check_int
+
 from .cache_flush import CacheFlush
 from .row_fill import fill_request
 from .row_writeback import writeback_request
@@ -20,7 +22,6 @@ from .update_layouts import (
     ITEM,
     TAG,
     check_cache_rows,
-    check_int,
     ctrl_layout,
 )
 from .update_pipeline import update_op

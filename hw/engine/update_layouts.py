@@ -3,11 +3,12 @@
 
 from amaranth.lib import data
 
-__all__ = ["DIM_BITS", "DONE", "EVICTED_BITS", "GLINE", "ITEM", "LINE_BITS", "LINE_ELEMS",
-           "TAG", "check_cache_rows", "check_int", "ctrl_layout"]
+from ..config import LINE_BITS
+from ..widths import check_pow2
 
-#: Bits of a table / gradient line.
-LINE_BITS = 512
+__all__ = ["DIM_BITS", "DONE", "EVICTED_BITS", "GLINE", "ITEM", "LINE_BITS", "LINE_ELEMS",
+           "TAG", "check_cache_rows", "ctrl_layout"]
+
 #: fp32 elements of a line.
 LINE_ELEMS = LINE_BITS // 32
 #: Width of ``dim`` in ``i_ctrl`` (1..4096).
@@ -48,16 +49,6 @@ def ctrl_layout(addr_width: int) -> data.StructLayout:
     })
 
 
-def check_int(name: str, value, lo: int, hi: int) -> int:
-    """``value`` if it is an integer from ``lo`` to ``hi``, else a ValueError naming it."""
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer from {lo} to {hi}, not {value!r}")
-    return value
-
-
 def check_cache_rows(cache_rows) -> int:
     """``cache_rows`` if it is a power of two from 2 to 256, else a ValueError."""
-    check_int("cache_rows", cache_rows, 2, 256)
-    if cache_rows & (cache_rows - 1):
-        raise ValueError(f"cache_rows must be a power of two, not {cache_rows}")
-    return cache_rows
+    return check_pow2("cache_rows", cache_rows, 2, 256)

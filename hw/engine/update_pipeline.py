@@ -10,8 +10,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.arith import Fp32ToBf16, FpAdd, FpMul
+from hw.widths import check_int
 
-from .update_layouts import DIM_BITS, LINE_BITS, LINE_ELEMS, check_cache_rows, check_int
+from .update_layouts import DIM_BITS, LINE_BITS, LINE_ELEMS, check_cache_rows
 
 __all__ = ["UpdatePipeline", "update_op"]
 
