@@ -108,11 +108,16 @@ def _emit(design: str, config: DeviceConfig, out_dir: Path,
     # Same naming and write-if-changed rule as hw.gen.emit, for a test-only design.
     name = module_name(design, config)
     text = verilog.convert(factory(config), name=name, emit_src=False)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}.v"
+    return _write_if_changed(out_dir / f"{name}.v", text), name
+
+
+def _write_if_changed(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` unless it already holds it, so that the simulator
+    builds depending on the file are not invalidated needlessly; returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
-    return path, name
+    return path
 
 
 #: Yosys's trigger for comb ``always @*`` blocks, initialised in its declaration.
@@ -129,22 +134,14 @@ def _icarus_source(source: Path, out_dir: Path) -> Path:
     sets it with ``initial #0``, an event every such block sees."""
     text = _TRIGGER.sub(lambda mt: f"{mt[1]}reg {mt[2]} ;\n{mt[1]}initial #0 {mt[2]}  = 1'h0;",
                         source.read_text())
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / (source.stem + "_icarus.v")
-    if not out.exists() or out.read_text() != text:
-        out.write_text(text)
-    return out
+    return _write_if_changed(out_dir / (source.stem + "_icarus.v"), text)
 
 
 def _public_ports_file(top: str, out_dir: Path) -> Path:
     """A Verilator control file that makes the top module's signals (its ports among
     them) readable and writable through VPI, and nothing below it."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{top}_ports.vlt"
-    text = f'`verilator_config\npublic_flat_rw -module "{top}" -var "*"\n'
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-    return path
+    return _write_if_changed(out_dir / f"{top}_ports.vlt",
+                             f'`verilator_config\npublic_flat_rw -module "{top}" -var "*"\n')
 
 
 def _top_ports_only(runner):
@@ -152,7 +149,7 @@ def _top_ports_only(runner):
 
     cocotb's runner makes every signal of the design public, which keeps Verilator
     from inlining or removing any of them: for the ``small`` device the C++ grows from
-    15 MB to 52 MB, and its compile dominates a cold ``make test``. The test benches
+    16 MB to 52 MB, and its compile dominates a cold ``make test``. The test benches
     touch only the top module's ports (``tb/stream.py``, ``tb/pmem.py``), so
     :func:`_public_ports_file` makes those public instead. Waveforms (``--trace``)
     still hold every signal: tracing does not depend on public signals."""
