@@ -57,7 +57,9 @@ def _run(seed: int, traffic: Traffic, phases: list[bool], *, idle: float, host_b
             ctx.set(getattr(sub, f"{ch}burst"), AxiBurst.INCR)
         ctx.set(sub.wstrb, (1 << 64) - 1)
         ctx.set(sub.wlast, 1)
-        for host in phases:
+        last_host = max((k for k, host in enumerate(phases) if host), default=None)
+        host_errors = 0                 # host reads answered with an error so far
+        for k, host in enumerate(phases):
             base = rng.getrandbits(46)
             ctx.set(dut.host, host)
             ctx.set(dut.base_line, base)
@@ -109,7 +111,11 @@ def _run(seed: int, traffic: Traffic, phases: list[bool], *, idle: float, host_b
                     if host:
                         line = (base + ar // LINE) % (1 << 46)
                         assert rd_addr == line, f"host line {rd_addr:#x}, not {line:#x}"
-                        error = rng.random() < 0.1
+                        # A run must see host errors: with none in the other reads (about
+                        # 1 seed in 300,000), the last host read gets one.
+                        error = rng.random() < 0.1 or (k == last_host and not reads
+                                                        and not host_errors)
+                        host_errors += error
                         host_q.append([cycle + rng.randint(1, 8), host_line(line), error])
                         expect.append((host_line(line), AxiResp.SLVERR if error else 0))
                     else:

@@ -382,11 +382,16 @@ SCENARIOS = {
 def test_log_replay(name, traffic, seed):
     rng = random.Random(seed)
     kw = SCENARIOS[name]
-    sc = history(rng, **kw)
+    # With one open batch whose only record is torn (its rows all one row, the filter
+    # hitting: about 1 seed in 100,000) nothing is rolled back: draw on (same seed).
+    for _ in range(100):
+        sc = history(rng, **kw)
+        for kind, slot in (("valid", 0), ("none", 1)):
+            put_mlp(sc.image, rng, slot, kind, sc.committed)
+        if kw.get("open_batches") == 0 or expected(sc.image)[1].rolled_back:
+            break
     if kw.get("same_rows"):
         assert sc.same_row_open, "no row logged by two open batches"
-    for kind, slot in (("valid", 0), ("none", 1)):
-        put_mlp(sc.image, rng, slot, kind, sc.committed)
     got = check_scenario(sc, seed, traffic, max_reads=rng.choice([1, 2, 8, 32, 128]))
     if kw.get("open_batches") == 0:
         assert got["rolled_back"] == 0

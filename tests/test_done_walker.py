@@ -39,16 +39,20 @@ def _run(seed: int, *, entries: int, lines: int, handle_bits: int, idle: float, 
 
     async def bench(ctx):
         started = 0
+        empty = False                   # a walk without handles was started
         ptr = 0
         cycle = 0
         # Each walk stores up to ``lines`` handles and sends them under backpressure.
-        limit = walks * max(100, (lines + 2) * (2 + int(1 / (1 - bp))))
-        while stats["walks"] < walks or want:
-            assert cycle < limit, f"no progress (seed {seed})"
+        per_walk = max(100, (lines + 2) * (2 + int(1 / (1 - bp))))
+        # Past ``walks``, walks go on (same seed) until one without handles was started:
+        # with 16 lines, all 100 walks have handles for about 1 seed in 400.
+        while stats["walks"] < max(started, walks) or want or not empty:
+            assert cycle < max(started, walks) * per_walk, f"no progress (seed {seed})"
             free = [e for e in range(entries) if state[e] == "free"]
-            if free and started < walks and rng.random() < 0.5:
+            if free and (started < walks or not empty) and rng.random() < 0.5:
                 e = rng.choice(free)
                 handles[e] = [rng.getrandbits(handle_bits) for _ in range(rng.randint(0, lines))]
+                empty = empty or not handles[e]
                 state[e] = "storing"
                 stores.extend((e, k, h) for k, h in enumerate(handles[e]))
                 stores.append((e, -1, 0))                    # then queue it

@@ -72,7 +72,12 @@ def test_against_model(log2, slot_lines, seed):
         ctx.set(dut.slot_lines, slot_lines)
         batch, left = 1, rng.randint(1, 6)
         slots = 1 << log2
-        for cycle in range(4000):
+        # Some seeds (about 1 in 500 with 8 slots) never find the tracker out of room in
+        # 4,000 cycles: the run goes on (same seed) until every case checked was seen.
+        need = [n for n in seen if n != "no_room" or slots > LIVE_BATCHES]
+        for cycle in range(40_000):
+            if cycle >= 4000 and all(seen[n] for n in need):
+                break
             if left == 0:
                 batch, left = batch + 1, rng.choice([rng.randint(0, 1), rng.randint(1, slots + 2)])
             commit = rng.randint(max(0, batch - 4), batch) if rng.random() < 0.05 else None

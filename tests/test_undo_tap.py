@@ -37,7 +37,12 @@ def test_never_drops(depth, ready_p, seed):
     async def bench(ctx):
         pending = None
         held = 0                        # written and not yet taken
-        for cycle in range(3000):
+        # With depth 7 and ready 0.7 the FIFO never fills in 3,000 cycles for about 1 seed
+        # in 400, and with ready 0.2 about 1 in 40,000 moves too few lines: the run goes on
+        # (same seed) until both happened.
+        for cycle in range(30_000):
+            if cycle >= 3000 and len(got) > 500 and (stats["full"] or ready_p == 1.0):
+                break
             leave = pending is not None and rng.random() < 0.6
             ctx.set(dut.pending, pending is not None)
             ctx.set(dut.i_line.valid, leave)
