@@ -9,6 +9,7 @@
 #   make synth    Yosys + nextpnr-ecp5 resource and Fmax estimate, JSON under build/synth/
 # Variables: SIM=verilator|icarus  CONFIG=<preset name or .toml path>  WAVES=1  SEED=<n>
 #            CRASH_AT=<cycles>|-1 (make sim: when the power fails; -1: never)
+#            PLATFORM=<name> (make sim, and make bench's system benchmark: docs/platform.md)
 
 SIM    ?= verilator
 CONFIG ?= default
@@ -56,7 +57,7 @@ verilog: $(STAMP)
 	$(PY) -m hw.csr.docgen --config $(CONFIG) --out build/verilog
 
 sim: $(STAMP) check-sim
-	$(PY) -m sim.train --config $(CONFIG) --sim $(SIM) $(if $(filter 1,$(WAVES)),--waves) $(if $(SEED),--seed $(SEED)) $(if $(CRASH_AT),--crash-at $(CRASH_AT))
+	$(PY) -m sim.train --config $(CONFIG) --sim $(SIM) $(if $(filter 1,$(WAVES)),--waves) $(if $(SEED),--seed $(SEED)) $(if $(CRASH_AT),--crash-at $(CRASH_AT)) $(if $(PLATFORM),--platform $(PLATFORM))
 
 # Icarus is the second simulator; without it the Icarus half of the suite is skipped
 # with a message rather than failing obscurely.
@@ -77,7 +78,7 @@ ruff: $(STAMP)
 	$(VENV)/bin/ruff check hw sim tb tests
 
 bench: $(STAMP) check-sim
-	$(PY) -m sim.bench --config $(CONFIG) --sim $(SIM) $(if $(SEED),--seed $(SEED))
+	$(PY) -m sim.bench --config $(CONFIG) --sim $(SIM) $(if $(SEED),--seed $(SEED)) $(if $(PLATFORM),--platform $(PLATFORM))
 
 # Resource / Fmax estimate on an ECP5-85F (out of context); installs the YoWASP tools on first use.
 SYNTH_STAMP := $(VENV)/.installed-synth

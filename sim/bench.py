@@ -18,7 +18,8 @@ coherence checker checked meanwhile (``tb/bench_coherence.py``).
 
 ``system.json``: DLRM training through the whole device (``sim/train.py``,
 ``tb/train_dlrm.py``) per workload preset, TrainingCXL against the software baseline on
-the same device and PMEM model, without a power failure: ``speedup_vs_baseline``,
+the same device and platform (:data:`SYSTEM_PLATFORM` or ``--platform``: PMEM timing and
+the CXL link), without a power failure: ``speedup_vs_baseline``,
 ``energy_saving``, ``cycles_per_iteration`` per mode and ``sim_cycles_per_second``
 (simulated cycles ÷ the seconds cocotb reports for the simulation; ``wall_cycles_per_second``
 counts the whole run, elaboration and simulator start included). The presets run
@@ -32,6 +33,7 @@ asserted — the tests do that.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -39,6 +41,7 @@ import time
 from hw.config import load_config
 
 from . import toolenv
+from .platform import DEFAULT_PLATFORM, PLATFORMS
 from .runner import BUILD, run
 
 __all__ = ["SYSTEM_OVERRIDES", "bench_ckpt", "bench_coherence", "bench_engine",
@@ -163,6 +166,10 @@ def bench_ckpt(config_name: str, sim: str, seed: int | None) -> dict:
     }
 
 
+#: The platform of ``system.json`` unless ``--platform`` names another
+#: (``docs/platform.md``); the block benchmarks keep ``ideal-1ch``.
+SYSTEM_PLATFORM = DEFAULT_PLATFORM
+
 #: Batch size and count per preset for ``system.json`` (tables, dims, pooling and MLPs
 #: stay the preset's): each mode of each preset then simulates in a few minutes.
 SYSTEM_OVERRIDES: dict[str, dict[str, int]] = {
@@ -172,7 +179,8 @@ SYSTEM_OVERRIDES: dict[str, dict[str, int]] = {
 }
 
 
-def bench_system(config_name: str, sim: str, seed: int | None) -> dict:
+def bench_system(config_name: str, sim: str, seed: int | None,
+                 platform: str = SYSTEM_PLATFORM) -> dict:
     from .train import device_bytes
     from .train import main as train_main
     from .workloads import get_workload
@@ -188,8 +196,9 @@ def bench_system(config_name: str, sim: str, seed: int | None) -> dict:
             presets[preset] = {"skipped": f"needs {need} bytes, hdm_size {config.hdm_size}"}
             continue
         print(f"  preset {preset} {overrides} ...")
-        prefix = BUILD / "bench" / "raw" / f"system-{preset}-{config_name}-{sim}"
+        prefix = BUILD / "bench" / "raw" / f"system-{preset}-{config_name}-{sim}-{platform}"
         argv = ["--preset", preset, "--config", config_name, "--sim", sim, "--seed", str(seed),
+                "--platform", platform,
                 "--crash-at", "-1", "--batches", str(overrides["batches"]), "--batch",
                 str(overrides["batch"]), "--out", str(prefix)]
         if train_main(argv) != 0:
@@ -219,6 +228,7 @@ def bench_system(config_name: str, sim: str, seed: int | None) -> dict:
         "benchmark": "system",
         "simulator": sim,
         "config": config_name,
+        "platform": platform,
         "seed": seed,
         "presets": presets,
         "paper_reference": {"speedup_vs_baseline": 5.2, "energy_saving": 0.76},
@@ -269,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("mem_endpoint", "engine", "ckpt", "coherence",
                                            "system"),
                         help="run one benchmark (default: all)")
+    parser.add_argument("--platform", default=SYSTEM_PLATFORM, choices=sorted(PLATFORMS),
+                        help="platform of the system benchmark (default: %(default)s; the "
+                             "block benchmarks run on ideal-1ch)")
     args = parser.parse_args(argv)
     toolenv.setup()
     out_dir = BUILD / "bench"
@@ -277,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                "engine": (bench_engine, ("gather_runs", "update_run", "fp_checks")),
                "ckpt": (bench_ckpt, ("iteration_runs", "recovery_run", "campaign_run")),
                "coherence": (bench_coherence, ("gather_run", "rdcurr_run")),
-               "system": (bench_system, ())}
+               "system": (functools.partial(bench_system, platform=args.platform), ())}
     for name, (bench, details) in benches.items():
         if args.only and name != args.only:
             continue

@@ -1,8 +1,9 @@
 """``make sim``: train a small DLRM through the simulated device, crash, recover, report.
 
 Runs the cocotb module ``tb/train_dlrm.py`` on the device's generated Verilog in two
-modes with the same workload, seed and PMEM timing (``tb.bench_mem.BENCH_TIMING``:
-120-cycle reads, 40-cycle writes, one line per cycle):
+modes with the same workload, seed and platform (``--platform``, ``sim/platform.py``:
+the PMEM timing and the CXL link between the GPU and the device; default
+``DEFAULT_PLATFORM``):
 
 * **TrainingCXL**: LOOKUP / UPDATE / COMMIT / MLP_CHECKPOINT descriptors, the pooled
   vectors read over CXL.mem, a power failure at a cycle drawn from the seed (or
@@ -36,6 +37,7 @@ import numpy as np
 
 from . import embedding
 from .dlrm import DLRM
+from .platform import DEFAULT_PLATFORM, PLATFORMS
 from .workloads import SyntheticClicks, Workload, get_workload
 
 __all__ = ["SIM_OVERRIDES", "ReferenceRun", "device_bytes", "main", "reference_train",
@@ -208,11 +210,12 @@ def _run_mode(mode: str, args, overrides: dict, config, crash_at: int | str | No
               out_dir) -> dict:
     from .runner import _build_dir, run
 
-    raw = out_dir / "raw" / f"train-{mode}-{args.preset}-{config.tag}-{args.sim}.json"
+    raw = (out_dir / "raw"
+           / f"train-{mode}-{args.preset}-{config.tag}-{args.sim}-{args.platform}.json")
     raw.parent.mkdir(parents=True, exist_ok=True)
     raw.unlink(missing_ok=True)
     params = {"preset": args.preset, "overrides": overrides, "seed": args.seed,
-              "mode": mode, "crash_at": crash_at, "out": str(raw)}
+              "mode": mode, "crash_at": crash_at, "platform": args.platform, "out": str(raw)}
     name = f"train-{mode}-{args.preset}-{args.seed}"
     log = _build_dir("device", config, args.sim, args.waves) / "runs" / name / "sim.log"
     log.unlink(missing_ok=True)
@@ -230,7 +233,7 @@ def _run_mode(mode: str, args, overrides: dict, config, crash_at: int | str | No
         tail = result.log.read_text().splitlines()[-40:] if result.log.exists() else []
         raise RuntimeError(f"{mode} run failed (replay: python -m sim.train --preset "
                            f"{args.preset} --config {args.config} --sim {args.sim} --seed "
-                           f"{args.seed} --mode {mode}"
+                           f"{args.seed} --platform {args.platform} --mode {mode}"
                            f"{'' if crash_at in (None, 'auto') else f' --crash-at {crash_at}'}"
                            f"); log "
                            f"{result.log}\n" + "\n".join(tail))
@@ -316,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crash-at", type=int, help="power failure this many cycles into "
                         "TrainingCXL training (default: drawn from the seed; negative: none)")
     parser.add_argument("--mode", default="both", choices=("both", *MODES))
+    parser.add_argument("--platform", default=DEFAULT_PLATFORM, choices=sorted(PLATFORMS),
+                        help="PMEM timing and CXL link (default: %(default)s; "
+                             "docs/platform.md)")
     parser.add_argument("--out", help="path prefix of the JSON and PNG outputs (default: "
                         "build/sim/train-<preset>-<config>-<sim>)")
     parser.add_argument("--waves", action="store_true")
@@ -338,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      else args.crash_at)
     print(f"TrainingCXL DLRM training: preset {args.preset} ({workload.batches} batches of "
           f"{workload.batch}, {workload.num_tables} tables, overrides {overrides}), config "
-          f"{config.name}, {args.sim}, seed {args.seed}, crash "
+          f"{config.name}, platform {args.platform}, {args.sim}, seed {args.seed}, crash "
           f"{'drawn from the seed' if crash_at == 'auto' else crash_at}")
     out_dir = BUILD / "sim"
     t0 = time.monotonic()
@@ -351,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {mode}: {runs[mode]['wall_seconds']} s of wall time")
     summary = {m: summarize(r) for m, r in runs.items()}
     result = {"preset": args.preset, "config": config.name, "sim": args.sim, "seed": args.seed,
+              "platform": args.platform,
               "batches": workload.batches, "batch": workload.batch, "overrides": overrides,
               "crash_at": runs.get("trainingcxl", {}).get("crash", {}).get("at"), "runs": runs,
               "summary": summary}
@@ -380,11 +387,11 @@ def main(argv: list[str] | None = None) -> int:
                                   "checkpoint lags the tables, so the runs differ)"))
     result["wall_seconds"] = round(time.monotonic() - t0, 1)
     replay = (f"python -m sim.train --preset {args.preset} --config {config.name} --sim "
-              f"{args.sim} --seed {args.seed}")
+              f"{args.sim} --seed {args.seed} --platform {args.platform}")
     if result["crash_at"] is not None:
         replay += f" --crash-at {result['crash_at']}"
     print(f"replay: {replay} (or make sim CONFIG={config.name} SIM={args.sim} "
-          f"SEED={args.seed})")
+          f"SEED={args.seed} PLATFORM={args.platform})")
     prefix = Path(args.out or out_dir / f"train-{args.preset}-{config.name}-{args.sim}")
     prefix.parent.mkdir(parents=True, exist_ok=True)
     path = prefix.with_name(prefix.name + ".json")

@@ -51,6 +51,10 @@ class Csr:
         With a :class:`~tb.cycle.CycleLoop`, the CSR port gets random idle cycles on
         AW/W/AR (probability ``idle``) and random ``ready``-low cycles on B/R
         (``backpressure``) while an access is in progress.
+    io_round_trip:
+        Cycles of CXL.io flight around every access (a link, ``tb/link.py``): half
+        before the access reaches the port, the rest after its response; needs
+        ``loop``. 0: none.
 
     Members
     -------
@@ -62,8 +66,13 @@ class Csr:
 
     def __init__(self, dut, config: DeviceConfig, *, prefix: str = "csr", loop=None,
                  rng: random.Random | None = None, idle: float = 0.0,
-                 backpressure: float = 0.0):
+                 backpressure: float = 0.0, io_round_trip: int = 0):
+        if io_round_trip and loop is None:
+            raise ValueError("io_round_trip needs the cycle loop")
         self.config = config
+        self.loop = loop
+        self._to_device = io_round_trip // 2
+        self._to_host = io_round_trip - self._to_device
         self.map = register_map(config)
         self.offsets: dict[str, int] = {word.name: word.offset for word in self.map.words}
         # cocotbext-axi logs its banner and every transfer at INFO; keep test logs readable.
@@ -102,13 +111,21 @@ class Csr:
 
     async def read_raw(self, offset: int) -> tuple[int, int]:
         """One 32-bit read at ``offset``; returns (value, AXI response code)."""
+        await self._flight(self._to_device)
         resp = await self.axil.read(offset, 4)
+        await self._flight(self._to_host)
         return int.from_bytes(resp.data, "little"), int(resp.resp)
 
     async def write_raw(self, offset: int, value: int) -> int:
         """One 32-bit write at ``offset``; returns the AXI response code."""
+        await self._flight(self._to_device)
         resp = await self.axil.write(offset, (value & 0xFFFF_FFFF).to_bytes(4, "little"))
+        await self._flight(self._to_host)
         return int(resp.resp)
+
+    async def _flight(self, cycles: int) -> None:
+        if cycles:
+            await self.loop.wait_cycles(cycles)
 
     async def read_at(self, offset: int) -> int:
         value, resp = await self.read_raw(offset)

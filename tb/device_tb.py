@@ -15,6 +15,7 @@ from tb.csr import Csr
 from tb.cxl_mem import CxlMemBfm
 from tb.cycle import CycleLoop, start_clock_and_reset
 from tb.host_agent import ErrBit, HostAgent
+from tb.link import Link
 from tb.pmem import LINE_BYTES, PmemAxi, PmemModel, PmemTiming, PowerFailReport
 
 __all__ = ["NOISE", "DeviceTB"]
@@ -53,11 +54,14 @@ class DeviceTB:
         True means :data:`NOISE`, a float gives the probability.
     timing:
         PMEM timing; default from the ``pmem_*`` test parameters.
+    link:
+        The :class:`~tb.link.Link` between the host agent / CSR manager and the device
+        (``Link.from_platform``); None: no flight time.
     """
 
     def __init__(self, dut, name: str, *, idle: bool | float = False,
                  backpressure: bool | float = False, timing: PmemTiming | None = None,
-                 max_outstanding: int | None = None):
+                 max_outstanding: int | None = None, link: Link | None = None):
         self.dut = dut
         self.name = name
         self.config = env.config()
@@ -77,7 +81,8 @@ class DeviceTB:
         self.bfm = CxlMemBfm(dut, self.loop, rng=self.rng, idle=self.idle,
                              backpressure=self.backpressure)
         self.timing = timing or self.timing_from_params(self.params, self.rng)
-        self.log.info("PMEM timing: %s", self.timing)
+        self.link = link
+        self.log.info("PMEM timing: %s; link: %s", self.timing, link)
         self.pmem = PmemModel(size=self.config.pmem_size, timing=self.timing,
                               rng=random.Random(self.rng.getrandbits(64)))
         bp, idle_p = self.backpressure, self.idle
@@ -85,11 +90,12 @@ class DeviceTB:
                                 ar_backpressure=bp, aw_backpressure=bp, w_backpressure=bp,
                                 r_idle=idle_p, b_idle=idle_p)
         self.csr = Csr(dut, self.config, loop=self.loop, rng=self.rng, idle=self.idle,
-                       backpressure=self.backpressure)
+                       backpressure=self.backpressure,
+                       io_round_trip=self.link.io_round_trip if self.link else 0)
         self.regs = register_map(self.config)
         self.agent = HostAgent(self.config, self.bfm, self.loop, rng=self.rng,
                                pmem_line=self.pmem_line, log=self.log,
-                               max_outstanding=max_outstanding)
+                               max_outstanding=max_outstanding, link=self.link)
         #: Called once the device is in reset (:meth:`reset_device`), for the models a
         #: bench adds around it.
         self.reset_hooks: list[Callable[[], None]] = []

@@ -27,6 +27,7 @@ bandwidth statistics (:class:`TrafficStats`) are kept for the demo and benchmark
 
 from __future__ import annotations
 
+import heapq
 import logging
 import random
 from collections import deque
@@ -47,6 +48,7 @@ from hw.cxl.messages import (
 from sim.golden_memory import FULL_MASK, LINE_BYTES, GoldenMemory
 from tb.cxl_mem import REQ, RWD, CxlMemBfm, int_to_line, req_fields, rwd_fields
 from tb.cxl_protocol import ProtocolChecker, row
+from tb.link import DATA_BYTES, HEADER_BYTES, Link
 
 __all__ = ["DEFAULT_MIX", "ErrBit", "HostAgent", "TrafficMix", "TrafficStats", "Txn", "grant_for",
            "random_byte_enable"]
@@ -104,7 +106,8 @@ class Txn:
     data, byte_enable:
         Write data (64 bytes) and byte enables of an RwD.
     issued, accepted, completed:
-        Cycle of :meth:`HostAgent` issue, of the M2S handshake, of the last response.
+        Cycle of :meth:`HostAgent` issue, of the M2S handshake, of the last response
+        (of its arrival at the host, with a link).
     dev_line:
         PMEM line index when the address decoded in range at the handshake.
     exp_ndr, exp_drs, exp_data, exp_poison:
@@ -155,6 +158,9 @@ class Txn:
     #: error response: DRS then carries Poison, a write's data is not checked for
     #: durability, and PMEM_RESP is expected with the PMEM line and channel latched.
     pmem_error: bool = False
+    #: Cycle the last response so far arrives at the host over the link (``docs/
+    #: platform.md``); the response's own cycle without a link.
+    arrival: int = 0
     event: Event = field(default_factory=Event, repr=False)
 
     @property
@@ -327,6 +333,13 @@ class HostAgent:
         Default cap on requests issued and not completed for :meth:`run_random`.
     log:
         Logger.
+    link:
+        The :class:`~tb.link.Link` between the host and the device, or None (no
+        flight time). With a link, a request reaches the device's M2S port no earlier
+        than its arrival over the down direction, and a request completes for the host
+        (:attr:`Txn.completed`, its event, :meth:`wait_all`) when its last response has
+        arrived over the up direction; the checks of each response still run in the
+        cycle it leaves the device.
 
     Members
     -------
@@ -347,8 +360,10 @@ class HostAgent:
 
     def __init__(self, config: DeviceConfig, bfm: CxlMemBfm, loop, *, rng: random.Random,
                  pmem_line: Callable[[int], bytes] | None = None,
-                 max_outstanding: int | None = None, log: logging.Logger | None = None):
+                 max_outstanding: int | None = None, log: logging.Logger | None = None,
+                 link: Link | None = None):
         self.config = config
+        self.link = link
         self.bfm = bfm
         self.loop = loop
         self.rng = rng
@@ -377,6 +392,9 @@ class HostAgent:
         self._watch: set[int] = set()               # PMEM lines any write addressed
         self._in_reset = False
         self._stop = False
+        self._arriving: list[tuple[int, int, Txn]] = []   # (cycle, seq, txn) on the link
+        if link is not None:
+            loop.add(self)
 
         bfm.req.on_transfer = self._on_req
         bfm.rwd.on_transfer = self._on_rwd
@@ -448,7 +466,10 @@ class HostAgent:
                   byte_enable=byte_enable, issued=self.loop.cycle)
         self._pending[tag] = txn
         self._queues[channel].append(txn)
-        (self.bfm.req if channel == "req" else self.bfm.rwd).send(fields)
+        at = 0
+        if self.link is not None:
+            at = self.link.down.send(txn.issued, HEADER_BYTES + (channel == "rwd") * DATA_BYTES)
+        (self.bfm.req if channel == "req" else self.bfm.rwd).send(fields, at=at)
         return txn
 
     def send_req(self, opcode: M2SReqOpcode | int, line: int, *, tag: int | None = None,
@@ -677,7 +698,7 @@ class HostAgent:
         self.checked += 1
         if txn.writes_memory:
             self._durable(txn, cycle, check=not txn.pmem_error)
-        self._maybe_complete(txn, cycle)
+        self._maybe_complete(txn, cycle, HEADER_BYTES)
 
     def _on_drs(self, f: dict, cycle: int) -> None:
         txn = self._lookup("DRS", f, cycle)
@@ -703,12 +724,27 @@ class HostAgent:
             self.protocol.see("s2m_drs", f, cycle)
         txn.drs, txn.drs_cycle = f, cycle
         self.checked += 1
-        self._maybe_complete(txn, cycle)
+        self._maybe_complete(txn, cycle, HEADER_BYTES + DATA_BYTES)
 
-    def _maybe_complete(self, txn: Txn, cycle: int) -> None:
+    def _maybe_complete(self, txn: Txn, cycle: int, nbytes: int) -> None:
+        if self.link is not None:
+            txn.arrival = max(txn.arrival, self.link.up.send(cycle, nbytes))
         if (txn.exp_ndr is not None and txn.ndr is None) or \
                 (txn.exp_drs is not None and txn.drs is None):
             return
+        if txn.arrival > cycle:
+            heapq.heappush(self._arriving, (txn.arrival, txn.seq, txn))
+            return
+        self._complete(txn, cycle)
+
+    def sample(self) -> None:
+        """Loop agent (with a link only): complete the requests whose last response
+        arrives at the host in this cycle."""
+        arriving, cycle = self._arriving, self.loop.cycle
+        while arriving and arriving[0][0] <= cycle:
+            self._complete(heapq.heappop(arriving)[2], cycle)
+
+    def _complete(self, txn: Txn, cycle: int) -> None:
         txn.completed = cycle
         del self._pending[txn.tag]
         self._recent[txn.tag] = txn
@@ -790,6 +826,9 @@ class HostAgent:
         self._pending.clear()
         for q in self._queues.values():
             q.clear()
+        self._arriving.clear()
+        if self.link is not None:
+            self.link.reset()
         return lost
 
     def end_reset(self) -> None:

@@ -82,7 +82,9 @@ class StreamSource:
     Each cycle in which the source is not presenting an item and the queue is not
     empty, it inserts an idle (valid-low) cycle with probability :attr:`idle`, else it
     presents the next item; ``valid`` and the payload then hold until the transfer.
-    Throughput is one item per cycle with ``idle == 0``.
+    Throughput is one item per cycle with ``idle == 0``. An item sent with ``at`` is
+    not presented before that cycle (a link's flight time, :mod:`tb.link`); items keep
+    their order, so a later item waits for an earlier one.
 
     Parameters
     ----------
@@ -123,6 +125,7 @@ class StreamSource:
         self._ready = reader(getattr(dut, f"{name}__ready"))
         self._payload = getattr(dut, f"{name}__payload", None)
         self._queue: deque[int] = deque()
+        self._at: deque[int] = deque()     # per queued item: first cycle it may show
         self._current: int | None = None
         self._driven_valid = 0
         self._valid.value = 0
@@ -132,13 +135,15 @@ class StreamSource:
     def pending(self) -> int:
         return len(self._queue) + (self._current is not None)
 
-    def send(self, payload: int | dict) -> None:
-        """Queue one item (a dict is packed with the layout's :class:`Codec`)."""
+    def send(self, payload: int | dict, *, at: int = 0) -> None:
+        """Queue one item (a dict is packed with the layout's :class:`Codec`), to be
+        presented in cycle ``at`` at the earliest."""
         if isinstance(payload, dict):
             if self._codec is None:
                 raise TypeError(f"{self.name}: payload layout is not a StructLayout; send an int")
             payload = self._codec.pack(**payload)
         self._queue.append(payload)
+        self._at.append(at)
 
     async def drained(self, timeout: int = 100_000) -> None:
         """Wait until every queued item has been transferred."""
@@ -149,6 +154,7 @@ class StreamSource:
         """Drop the queue and the presented item; ``valid`` falls (now if the loop is
         in its drive phase, else in the next cycle's drive)."""
         self._queue.clear()
+        self._at.clear()
         self._current = None
         if self.loop.in_drive_phase and self._driven_valid:
             self._valid.value = 0
@@ -156,8 +162,10 @@ class StreamSource:
 
     def drive(self) -> None:
         if self._current is None:
-            if self._queue and not (self.idle and self.rng.random() < self.idle):
+            if self._queue and self._at[0] <= self.loop.cycle and \
+                    not (self.idle and self.rng.random() < self.idle):
                 self._current = self._queue.popleft()
+                self._at.popleft()
                 if self._payload is not None:
                     self._payload.value = self._current
                 if not self._driven_valid:

@@ -29,6 +29,7 @@ from tb.device_tb import DeviceTB
 from tb.endpoint_rate import measure_endpoint
 from tb.groups import group
 from tb.host_agent import ErrBit, TrafficMix, random_byte_enable
+from tb.link import Link
 from tb.pmem import PmemTiming
 
 NOISE = {"idle": [False, True], "backpressure": [False, True]}
@@ -275,6 +276,52 @@ async def test_endpoint_latency_and_rate(dut):
         tb.log.info("rates not checked: max_tags %d / hazard_buckets %d cover less than "
                     "twice the %d-cycle round trip", cfg.max_tags, cfg.hazard_buckets,
                     round_trip)
+    await tb.finish()
+
+
+@group("rate")
+@cocotb.test()
+async def test_link_flight_time(dut):
+    """With a link between the host and the device (``tb/link.py``): an isolated read or
+    write reaches the device's M2S port its serialisation plus the flight time after it
+    was issued, and completes for the host the same after its response left the
+    device; two requests issued together leave the link one after the other; a CSR
+    read takes at least the CXL.io round trip. Then random traffic, with idle cycles
+    and backpressure, through the link: every response and the final image checked as
+    without one."""
+    bpc, flight, io = 8.0, 20, 60                  # 16 B: 2 cycles, 80 B: 10 cycles
+    link = Link(bytes_per_cycle=bpc, latency=flight, io_round_trip=io)
+    tb = await _started(dut, "link", link=link)
+    a = tb.agent
+
+    def arrival(txn) -> int:
+        """When the host sees the last response: NDR (16 B) and DRS (80 B) leave the
+        device in their cycles and share the up direction one after the other."""
+        free = 0
+        for cycle, cost in sorted([(txn.ndr_cycle, 2)] * (txn.ndr is not None)
+                                  + [(txn.drs_cycle, 10)] * (txn.drs is not None)):
+            free = max(cycle, free) + cost
+        return free + flight
+
+    rd = a.read(a.base_line + 3)
+    await a.wait_all([rd])
+    assert rd.accepted == rd.issued + 2 + flight, f"read accepted: {rd.describe()}"
+    assert rd.completed == arrival(rd), (
+        f"read completed in cycle {rd.completed}; NDR / DRS left in {rd.ndr_cycle} / "
+        f"{rd.drs_cycle}")
+    wr = a.write(a.base_line + 5, bytes(range(64)))
+    await a.wait_all([wr])
+    assert wr.accepted == wr.issued + 10 + flight, f"write accepted: {wr.describe()}"
+    assert wr.completed == arrival(wr), (
+        f"write completed in cycle {wr.completed}, NDR left in {wr.ndr_cycle}")
+    pair = [a.read(a.base_line + 7), a.read(a.base_line + 9)]
+    await a.wait_all(pair)
+    assert pair[1].accepted >= pair[0].accepted + 2, [t.describe() for t in pair]
+    start = tb.loop.cycle
+    assert await tb.csr.read("ID") == ID_VALUE
+    assert tb.loop.cycle - start >= io, f"CSR read took {tb.loop.cycle - start} cycles"
+    tb.set_noise(idle=0.3, backpressure=0.3)
+    await a.run_random(max(200, tb.params.get("n_txn", 2000) // 8))
     await tb.finish()
 
 

@@ -30,7 +30,9 @@ Parameters: ``preset``, ``batches`` and ``overrides`` (``Workload.with_overrides
 ``seed`` (default: the regression seed), ``mode``, ``crash_at`` (cycles into training;
 ``"auto"``: drawn from the seed; None or negative: none), ``noise`` (random idle cycles
 and backpressure on every channel and random PMEM timing, for tests; without it the
-PMEM has ``BENCH_TIMING``), ``out``.
+PMEM has the platform's timing), ``platform`` (a name in ``sim.platform.PLATFORMS``,
+default ``DEFAULT_PLATFORM``: its PMEM timing and its link between the GPU and the
+device, ``tb/link.py``), ``out``.
 """
 
 from __future__ import annotations
@@ -48,13 +50,15 @@ from sim import ckpt
 from sim import embedding as emb
 from sim.dlrm import DLRM, init_tables
 from sim.embedding import LINE_BYTES
+from sim.platform import DEFAULT_PLATFORM, get_platform
 from sim.train import reference_train, tables_digest
 from sim.workloads import SyntheticClicks, get_workload
 from tb import env
-from tb.bench_mem import BENCH_TIMING
 from tb.ckpt_driver import CkptDriver
 from tb.device_tb import DeviceTB
 from tb.engine_driver import Batch
+from tb.link import Link
+from tb.pmem import PmemTiming
 
 #: Cycles between polls of ENG_HEAD while the host waits for the engine.
 POLL = 64
@@ -495,8 +499,10 @@ async def train_dlrm(dut):
     mode = p.get("mode", "trainingcxl")
     assert mode in ("trainingcxl", "baseline"), f"unknown mode {mode!r}"
     noise = bool(p.get("noise", False))
+    platform = get_platform(p.get("platform", DEFAULT_PLATFORM))
     tb = DeviceTB(dut, f"train_{mode}", idle=noise, backpressure=noise,
-                  timing=None if noise else BENCH_TIMING)
+                  timing=None if noise else PmemTiming.from_platform(platform),
+                  link=Link.from_platform(platform))
     await tb.start()
     tr = Trainer(tb, mode)
     tb.log.info("preset %s, %d batches, data seed %d, mode %s", tr.w.name, tr.n, tr.seed, mode)
@@ -547,6 +553,7 @@ async def train_dlrm(dut):
         [r["batch"] for r in counted])
     result = {
         "mode": mode, "preset": tr.w.name, "batches_total": tr.n, "seed": tr.seed,
+        "platform": platform.name,
         "cocotb_seed": tb.seed, "config": tb.config.name, "gpu_cycles_per_batch": tr.gpu_cycles,
         "mlp_bytes": len(tr.params0), "log_slots": tr.log_slots,
         "total_cycles": total, "batches": counted, "executions": tr.executions,

@@ -35,8 +35,16 @@ def test_ideal_1ch_is_the_old_model():
         media_bytes=256, jitter=0, write_bandwidth_ratio=1.0)
     assert PmemTiming.from_platform(p) == BENCH_TIMING
     assert math.isinf(p.link_lines_per_cycle) and p.link_cycles == 0
-    assert DEFAULT_PLATFORM == "ideal-1ch"
     assert DEVICE_CLOCK_HZ == 250e6 and GPU_FLOPS_PER_CYCLE == 4000 and GPU_LAUNCH_CYCLES == 2500
+
+
+def test_default_platform():
+    """The training flow runs on ``paper-like``; every platform has the same device
+    clock and GPU, so the modelled GPU time (taken from the default) holds on all."""
+    assert DEFAULT_PLATFORM == "paper-like"
+    gpu = {(p.device_clock_hz, p.gpu_flops, p.gpu_launch_ns) for p in PLATFORMS.values()}
+    assert gpu == {(DEVICE_CLOCK_HZ, GPU_FLOPS_PER_CYCLE * DEVICE_CLOCK_HZ,
+                    GPU_LAUNCH_CYCLES * 4.0)}
 
 
 def test_paper_like_in_cycles():

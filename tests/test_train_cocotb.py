@@ -1,7 +1,9 @@
 """Slow tier: DLRM training through the whole device (``tb/train_dlrm.py``).
 
 The ``tiny`` preset (6 batches) end to end on config ``small``, on Verilator and Icarus, with random
-idle cycles, backpressure and PMEM timing on every channel:
+idle cycles, backpressure and PMEM timing on every channel, and the ``paper-like``
+platform's CXL link between the GPU and the device (``tb/link.py``: every CXL.mem
+message and CSR access pays its flight time):
 
 * TrainingCXL: a power failure at a cycle drawn from the seed, recovery, MLP reload,
   resume; tables bit for bit and losses equal to the reference run from the recovered
@@ -30,5 +32,5 @@ MODES = {"verilator": ("trainingcxl", "baseline"), "icarus": ("trainingcxl",)}
                          [(s, c, m) for s, c in CASES for m in MODES[s]])
 def test_train(sim: str, config: str, mode: str) -> None:
     run_cocotb_group("tb.train_dlrm", config, sim, f"train-{mode}", ["train_dlrm"],
-                     {"preset": "tiny", "mode": mode,
+                     {"preset": "tiny", "mode": mode, "platform": "paper-like",
                       "crash_at": "auto", "noise": True})
