@@ -22,9 +22,11 @@ coherence checker checked meanwhile (``tb/bench_coherence.py``).
 against the ``gpu-direct`` baseline (the same device with its engines idle, the GPU
 working over CXL.mem; RTL) and the ``host-software`` baseline (CPU threads on
 host-attached PMEM, PCIe copies, synchronous undo log; the timing model of
-``sim/host_software.py`` on the same batches). Per preset: ``speedup_vs_gpu_direct``,
+``sim/host_software.py`` on the same batches), and the ablation ``trainingcxl-sw-ckpt``
+(the engines with software checkpointing; RTL). Per preset: ``speedup_vs_gpu_direct``,
+``speedup_vs_sw_ckpt_ablation``,
 ``speedup_vs_host_software``, ``energy_saving_vs_gpu_direct``,
-``energy_saving_vs_host_software`` (None until the energy model has a CPU),
+``energy_saving_vs_host_software``,
 ``pmem_media_bytes_ratio_vs_gpu_direct``, ``link_bytes_ratio_vs_gpu_direct`` (TrainingCXL
 ÷ gpu-direct), cycles per iteration and per phase for each mode, and
 ``sim_cycles_per_second`` (simulated cycles ÷ the seconds cocotb reports for the
@@ -32,6 +34,11 @@ simulation; ``wall_cycles_per_second`` counts the whole run, elaboration and sim
 start included); at the top level ``platform`` and ``sim_cycles_per_second`` over all
 presets. The presets run with :data:`SYSTEM_OVERRIDES` (fewer, smaller batches) so that
 the benchmark finishes in minutes; the overrides are in the JSON.
+
+``perfmodel.json``: the performance model of ``sim/perfmodel.py`` fitted on RTL runs
+of the presets at small batches, its relative error on held-out RTL runs at larger
+batches (``max_heldout_error``), and its predictions at :data:`PERFMODEL_PREDICT_BATCH`
+samples against both baselines.
 
 Figures are measured by cocotb benches on the generated Verilog; nothing here is
 asserted — the tests do that.
@@ -52,7 +59,7 @@ from .platform import DEFAULT_PLATFORM, PLATFORMS
 from .runner import BUILD, run
 
 __all__ = ["SYSTEM_OVERRIDES", "bench_ckpt", "bench_coherence", "bench_engine",
-           "bench_mem_endpoint", "bench_system", "main"]
+           "bench_mem_endpoint", "bench_perfmodel", "bench_system", "main"]
 
 
 def _measure(testcase: str, config, sim: str, params: dict, seed: int | None, *,
@@ -178,7 +185,8 @@ def bench_ckpt(config_name: str, sim: str, seed: int | None) -> dict:
 SYSTEM_PLATFORM = DEFAULT_PLATFORM
 
 #: The modes of ``sim.train`` under the baseline names of ``system.json``.
-MODE_NAMES = {"trainingcxl": "trainingcxl", "baseline": "gpu-direct"}
+MODE_NAMES = {"trainingcxl": "trainingcxl", "baseline": "gpu-direct",
+              "trainingcxl-sw-ckpt": "trainingcxl-sw-ckpt"}
 
 #: Batch size and count per preset for ``system.json`` (tables, dims, pooling and MLPs
 #: stay the preset's): each mode of each preset then simulates in a few minutes.
@@ -218,7 +226,12 @@ def bench_system(config_name: str, sim: str, seed: int | None,
         if train_main(argv) != 0:
             raise RuntimeError(f"training preset {preset} failed")
         data = json.loads(prefix.with_name(prefix.name + ".json").read_text())
-        summary = data["summary"]
+        ablation = prefix.with_name(prefix.name + "-sw-ckpt")
+        if train_main([*argv[:-1], str(ablation), "--mode", "trainingcxl-sw-ckpt"]) != 0:
+            raise RuntimeError(f"preset {preset}: the sw-ckpt ablation failed")
+        sw = json.loads(ablation.with_name(ablation.name + ".json").read_text())
+        data["runs"]["trainingcxl-sw-ckpt"] = sw["runs"]["trainingcxl-sw-ckpt"]
+        summary = {**data["summary"], **sw["summary"]}
         cycles = sum(r["total_cycles"] for r in data["runs"].values())
         wall = sum(r["wall_seconds"] for r in data["runs"].values())
         sim_s = [r.get("sim_seconds") for r in data["runs"].values()]
@@ -237,9 +250,15 @@ def bench_system(config_name: str, sim: str, seed: int | None,
             "speedup_vs_gpu_direct": round(data["speedup"], 4),
             "speedup_vs_host_software": round(host["cycles"] / tc["cycles"], 4),
             "energy_saving_vs_gpu_direct": round(data["energy_saving"], 4),
-            "energy_saving_vs_host_software": None,
+            "energy_saving_vs_host_software": round(
+                1 - tc["energy_j"]["total_j"] / host["energy_j"]["total_j"], 4),
             "pmem_media_bytes_ratio_vs_gpu_direct": round(media_bytes(tc) / media_bytes(gd), 4),
             "link_bytes_ratio_vs_gpu_direct": round(tc["link_bytes"] / gd["link_bytes"], 4),
+            "speedup_vs_sw_ckpt_ablation": round(
+                summary["trainingcxl-sw-ckpt"]["cycles"] / tc["cycles"], 4),
+            "sw_ckpt_ablation_tables_identical": (
+                sw["runs"]["trainingcxl-sw-ckpt"]["tables_digest"]
+                == data["runs"]["trainingcxl"]["tables_digest"]),
             "cycles_per_iteration": {
                 **{MODE_NAMES[m]: round(v["cycles_per_iteration"], 1)
                    for m, v in summary.items()},
@@ -256,8 +275,10 @@ def bench_system(config_name: str, sim: str, seed: int | None,
                 **{MODE_NAMES[m]: v["link_bytes"] / v["iterations"]
                    for m, v in summary.items()},
                 "host-software (PCIe)": host["pcie_bytes"] / host["iterations"]},
-            "energy_j_per_iteration": {MODE_NAMES[m]: v["energy_j"]["total_j"] / v["iterations"]
-                                       for m, v in summary.items()},
+            "energy_j_per_iteration": {
+                **{MODE_NAMES[m]: v["energy_j"]["total_j"] / v["iterations"]
+                   for m, v in summary.items()},
+                "host-software": host["energy_j"]["total_j"] / host["iterations"]},
             "tables_identical": data.get("tables_identical", False),
             "host_software_tables_identical": (
                 tables_digest(reference.tables) == data["runs"]["trainingcxl"]["tables_digest"]),
@@ -275,8 +296,72 @@ def bench_system(config_name: str, sim: str, seed: int | None,
         "seed": seed,
         "sim_cycles_per_second": (round(all_cycles / all_sim_s, 1) if all_sim_s else None),
         "presets": presets,
-        "energy_vs_host_software": "not modelled yet: the energy model has no CPU term",
         "paper_reference": {"speedup_vs_host_software": 5.2, "energy_saving": 0.76},
+        "wall_seconds": round(time.monotonic() - t0, 1),
+    }
+
+
+#: Batch size of the performance model's predictions beyond the RTL's reach.
+PERFMODEL_PREDICT_BATCH = 2048
+
+
+def bench_perfmodel(config_name: str, sim: str, seed: int | None,
+                    platform: str = SYSTEM_PLATFORM) -> dict:
+    """Fit ``sim/perfmodel.py`` on RTL runs, check it on held-out RTL runs, predict the
+    presets at :data:`PERFMODEL_PREDICT_BATCH` samples (with the host-software model at
+    the same size)."""
+    from . import perfmodel as pm
+    from .host_software import host_software_run
+    from .platform import get_platform
+    from .train import main as train_main
+
+    seed = 1 if seed is None else seed
+    plat = get_platform(platform)
+    t0 = time.monotonic()
+    runs = {}
+    for point in (*pm.FIT_POINTS, *pm.HELDOUT_POINTS):
+        print(f"  RTL point {point.name} ...")
+        prefix = BUILD / "bench" / "raw" / f"perfmodel-{point.name}-{config_name}-{sim}-{platform}"
+        argv = ["--preset", point.preset, "--config", config_name, "--sim", sim, "--seed",
+                str(seed), "--platform", platform, "--crash-at", "-1", "--batches",
+                str(point.batches), "--batch", str(point.batch), "--out", str(prefix)]
+        if train_main(argv) != 0:
+            raise RuntimeError(f"RTL point {point.name} failed")
+        runs[point] = json.loads(prefix.with_name(prefix.name + ".json").read_text())
+    fit_runs = {p: runs[p] for p in pm.FIT_POINTS}
+    model = pm.fit(fit_runs, seed)
+    fitted = pm.validate(model, fit_runs, seed)
+    heldout = pm.validate(model, {p: runs[p] for p in pm.HELDOUT_POINTS}, seed)
+    predictions = {}
+    for preset in SYSTEM_OVERRIDES:
+        w = pm.Point(preset, PERFMODEL_PREDICT_BATCH).workload()
+        tc = pm.predict_run(model, w, seed, "trainingcxl")
+        gd = pm.predict_run(model, w, seed, "baseline")
+        hs = host_software_run(w, seed, plat)
+        predictions[f"{preset}-b{PERFMODEL_PREDICT_BATCH}"] = {
+            "cycles_per_iteration": {"trainingcxl": round(tc["cycles_per_iteration"], 1),
+                                     "gpu-direct": round(gd["cycles_per_iteration"], 1),
+                                     "host-software": round(hs["cycles_per_iteration"], 1)},
+            "speedup_vs_gpu_direct": round(gd["cycles_per_iteration"]
+                                           / tc["cycles_per_iteration"], 4),
+            "speedup_vs_host_software": round(hs["cycles_per_iteration"]
+                                              / tc["cycles_per_iteration"], 4),
+        }
+    return {
+        "benchmark": "perfmodel",
+        "simulator": sim,
+        "config": config_name,
+        "platform": platform,
+        "seed": seed,
+        "fit_points": [p.name for p in pm.FIT_POINTS],
+        "heldout_points": [p.name for p in pm.HELDOUT_POINTS],
+        "coefficients": model.as_dict(),
+        "fit_errors": fitted,
+        "heldout_errors": heldout,
+        "max_fit_error": max(v["relative_error"] for v in fitted.values()),
+        "max_heldout_error": max(v["relative_error"] for v in heldout.values()),
+        "predictions": predictions,
+        "targets": {"max_heldout_error": "<= 0.10"},
         "wall_seconds": round(time.monotonic() - t0, 1),
     }
 
@@ -322,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sim", default="verilator", choices=toolenv.SIMULATORS)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--only", choices=("mem_endpoint", "engine", "ckpt", "coherence",
-                                           "system"),
+                                           "system", "perfmodel"),
                         help="run one benchmark (default: all)")
     parser.add_argument("--platform", default=SYSTEM_PLATFORM, choices=sorted(PLATFORMS),
                         help="platform of the system benchmark (default: %(default)s; the "
@@ -335,7 +420,9 @@ def main(argv: list[str] | None = None) -> int:
                "engine": (bench_engine, ("gather_runs", "update_run", "fp_checks")),
                "ckpt": (bench_ckpt, ("iteration_runs", "recovery_run", "campaign_run")),
                "coherence": (bench_coherence, ("gather_run", "rdcurr_run")),
-               "system": (functools.partial(bench_system, platform=args.platform), ())}
+               "system": (functools.partial(bench_system, platform=args.platform), ()),
+               "perfmodel": (functools.partial(bench_perfmodel, platform=args.platform),
+                             ("fit_errors", "coefficients"))}
     for name, (bench, details) in benches.items():
         if args.only and name != args.only:
             continue

@@ -30,10 +30,18 @@ PMEM writes are charged at the media's write bandwidth for the bytes written (ea
 write is a whole 64-byte line; undo records and rows are contiguous, so 256-byte media
 blocks fill), and each fence waits one write latency, which is when the last write of
 the group is durable.
+
+Energy (:func:`host_software_run`'s ``energy_j``): :func:`sim.energy.estimate` on the
+run's events (PMEM media accesses, PCIe bytes at the link's energy per byte, the GPU's
+FLOPs and static power, the pooled vectors and gradients staged once in GPU memory)
+without the CXL device's static power (there is no device), plus the cores' active
+power (``core_w``) while they work in the lookup and update phases. The host CPU's
+idle power is left out here as in the other modes, where a host idles too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, fields
 
@@ -67,6 +75,8 @@ class HostCpu:
         Host <-> GPU copy bandwidth.
     copy_ns:
         Fixed cost of one host <-> GPU copy (DMA set-up and completion).
+    core_w:
+        Power of one busy core above the CPU's idle power.
 
     Raises
     ------
@@ -82,6 +92,7 @@ class HostCpu:
     phase_ns: float
     pcie_bytes_per_s: float
     copy_ns: float
+    core_w: float
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -100,7 +111,8 @@ _PCIE4_X16 = 16 * 16e9 * 128 / 130 / 8 * 0.8
 
 #: The host CPU of ``docs/platform.md``.
 DEFAULT_CPU = HostCpu(cores=16, misses_per_core=12, index_ns=4.0, line_ns=0.4,
-                      phase_ns=2000.0, pcie_bytes_per_s=_PCIE4_X16, copy_ns=1000.0)
+                      phase_ns=2000.0, pcie_bytes_per_s=_PCIE4_X16, copy_ns=1000.0,
+                      core_w=(150.0 - 40.0) / 16)
 
 
 def host_software_run(workload: Workload, seed: int, platform: Platform,
@@ -108,7 +120,9 @@ def host_software_run(workload: Workload, seed: int, platform: Platform,
     """Per-batch phase cycles and traffic of the ``host-software`` baseline training
     ``workload`` (its ``batches`` batches of :class:`SyntheticClicks` with ``seed``) on
     ``platform``; a dict shaped like the RTL modes' summaries (``sim.train.summarize``)
-    plus ``batches`` (one record per batch)."""
+    plus ``batches`` (one record per batch) and ``energy_j``."""
+    from .energy import EnergyEvents, estimate
+
     p, w = platform, workload
     clock = p.device_clock_hz
 
@@ -123,6 +137,7 @@ def host_software_run(workload: Workload, seed: int, platform: Platform,
     gpu = model.gpu_cycles(w.batch)
     mlp_bytes = len(model.params_bytes())
     data = SyntheticClicks(w, seed)
+    media_per_row = math.ceil(lpr * LINE_BYTES / p.pmem_media_bytes)
 
     def copy(nbytes: int) -> float:
         return cyc(cpu.copy_ns) + nbytes / cpu.pcie_bytes_per_s * clock
@@ -148,14 +163,31 @@ def host_software_run(workload: Workload, seed: int, platform: Platform,
         mlp = copy(mlp_bytes) + write(mlp_bytes) if b % w.mlp_ckpt_every == 0 else 0.0
         phases = {"lookup": lookup, "gpu": float(gpu), "update": update,
                   "checkpoint": undo + commit + mlp}
+        busy = lookup - copy(pooled) + update - copy(pooled) - write(lines * LINE_BYTES)
+        written = (distinct * (1 + lpr) + lines + 1) * LINE_BYTES + (mlp_bytes if mlp else 0)
         records.append({
             "batch": b, "phases": phases, "cycles": sum(phases.values()),
             "pmem_read_bytes": lines * LINE_BYTES,
-            "pmem_write_bytes": (distinct * (1 + lpr) + lines + 1) * LINE_BYTES
-                                + (mlp_bytes if mlp else 0),
+            "pmem_write_bytes": written,
+            "pmem_media_reads": distinct * media_per_row,
+            "pmem_media_writes": math.ceil(written / p.pmem_media_bytes),
             "pcie_bytes": 2 * pooled + (mlp_bytes if mlp else 0),     # pooled + grads
+            "cpu_busy_core_cycles": cpu.cores * busy,
+            "gpu_flops": model.flops_per_batch(w.batch),
         })
     n = len(records)
+    total = sum(r["cycles"] for r in records)
+    events = EnergyEvents(
+        cycles=math.ceil(total),
+        pmem_read_lines=sum(r["pmem_read_bytes"] for r in records) // LINE_BYTES,
+        pmem_write_lines=sum(r["pmem_write_bytes"] for r in records) // LINE_BYTES,
+        pmem_media_reads=sum(r["pmem_media_reads"] for r in records),
+        pmem_media_writes=sum(r["pmem_media_writes"] for r in records),
+        link_bytes=sum(r["pcie_bytes"] for r in records),
+        gpu_flops=sum(r["gpu_flops"] for r in records), gpu_busy_cycles=gpu * n,
+        hbm_bytes=sum(r["pcie_bytes"] for r in records))
+    report = dataclasses.replace(estimate(events, clock_hz=clock), device_static_j=0.0)
+    cpu_j = sum(r["cpu_busy_core_cycles"] for r in records) / clock * cpu.core_w
     return {
         "iterations": n,
         "cycles": sum(r["cycles"] for r in records),
@@ -166,5 +198,7 @@ def host_software_run(workload: Workload, seed: int, platform: Platform,
         "pmem_write_bytes": sum(r["pmem_write_bytes"] for r in records),
         "pcie_bytes": sum(r["pcie_bytes"] for r in records),
         "cpu": {f.name: getattr(cpu, f.name) for f in fields(cpu)},
+        "energy_j": {**report.as_dict(), "cpu_active_j": cpu_j,
+                     "total_j": report.total_j + cpu_j},
         "batches": records,
     }

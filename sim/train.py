@@ -53,6 +53,9 @@ __all__ = ["SIM_OVERRIDES", "ReferenceRun", "device_bytes", "main", "reference_t
 SIM_OVERRIDES: dict[str, dict] = {"default": {"batch": 8, "batches": 10}}
 
 MODES = ("trainingcxl", "baseline")
+#: Modes run one at a time with ``--mode`` (``make bench``'s system benchmark): the
+#: TrainingCXL engines with software checkpointing (``tb/train_dlrm.py``).
+ABLATIONS = ("trainingcxl-sw-ckpt",)
 
 
 @dataclass(frozen=True)
@@ -318,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, help="samples per batch (default: as --batches)")
     parser.add_argument("--crash-at", type=int, help="power failure this many cycles into "
                         "TrainingCXL training (default: drawn from the seed; negative: none)")
-    parser.add_argument("--mode", default="both", choices=("both", *MODES))
+    parser.add_argument("--mode", default="both", choices=("both", *MODES, *ABLATIONS))
     parser.add_argument("--platform", default=DEFAULT_PLATFORM, choices=sorted(PLATFORMS),
                         help="PMEM timing and CXL link (default: %(default)s; "
                              "docs/platform.md)")
@@ -390,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.sim} --seed {args.seed} --platform {args.platform}")
     if result["crash_at"] is not None:
         replay += f" --crash-at {result['crash_at']}"
+    if args.mode != "both":
+        replay += f" --mode {args.mode}"
     print(f"replay: {replay} (or make sim CONFIG={config.name} SIM={args.sim} "
           f"SEED={args.seed} PLATFORM={args.platform})")
     prefix = Path(args.out or out_dir / f"train-{args.preset}-{config.name}-{args.sim}")

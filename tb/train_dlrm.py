@@ -1,6 +1,6 @@
 """cocotb: train a DLRM through the whole device (``make sim``, ``sim/train.py``).
 
-One test, ``train_dlrm``, in one of two modes (test parameter ``mode``):
+One test, ``train_dlrm``, in one of three modes (test parameter ``mode``):
 
 * ``"trainingcxl"``: format, recovery (checkpointing on, ``CK_MLP_K`` = the workload's
   MLP checkpoint interval K); per batch ``b`` the GPU writes indices, offsets and a
@@ -16,6 +16,11 @@ One test, ``train_dlrm``, in one of two modes (test parameter ``mode``):
   with the golden models (bit-identical to the engine's order), writes undo records in
   the contract's format and waits for them, writes the updated rows, the commit word,
   and every K batches copies its MLP parameters to a slot synchronously.
+* ``"trainingcxl-sw-ckpt"`` (an ablation): TrainingCXL's LOOKUP and UPDATE descriptors
+  with checkpointing off (no capture, no COMMIT, no MLP_CHECKPOINT) and the baseline's
+  software checkpoint: before the UPDATEs the GPU reads the distinct rows' old images
+  over CXL.mem and writes their undo records, then the commit word and every K batches
+  the MLP copy, each waited for. No power failure.
 
 Checks: every descriptor, pooled vector and table bit for bit (``EngineDriver``), every
 CXL.mem response against the host's golden memory, recovery's invariants
@@ -251,25 +256,12 @@ class Trainer:
 
     # --- TrainingCXL ---------------------------------------------------------------------
     async def tcxl_batch(self, b: int) -> None:
-        drv, tb, agent = self.drv, self.tb, self.tb.agent
+        drv, tb = self.drv, self.tb
         batch = self.data[b - 1]
         drv.heap.release(self.mark)
         self._begin(b)
         t = tb.loop.cycle
-        exps = []
-        for table, (idx, off) in zip(self.tables, batch.sparse, strict=True):
-            exps.append(await drv.lookup(table, Batch(idx, off), batch_id=b,
-                                         capture_undo=True))
-        await drv.ring()
-        await drv.wait(poll=POLL, timeout=5_000_000)
-        txns = [[agent.read(agent.host_line(e.out_addr // LINE_BYTES + i))
-                 for i in range(len(e.out_image) // LINE_BYTES)] for e in exps]
-        await agent.wait_all([x for tx in txns for x in tx], timeout=1_000_000)
-        pooled = []
-        for e, tx in zip(exps, txns, strict=True):
-            image = b"".join(x.read_data for x in tx)
-            assert image == e.out_image, f"batch {b}: pooled vectors read over CXL.mem differ"
-            pooled.append(emb.unpack_rows(image, self.w.batch, self.w.dim, self.w.dtype))
+        pooled = await self._engine_lookup(b, batch, capture=True)
         t = self._phase("lookup", t)
         n_idx = sum(len(idx) for idx, _ in batch.sparse)
         distinct = sum(len(np.unique(idx)) for idx, _ in batch.sparse)
@@ -302,6 +294,26 @@ class Trainer:
         rec = self._end()
         tb.log.info("batch %d: loss %.4f, %d cycles %s", b, rec["loss"], rec["cycles"],
                     rec["phases"])
+
+    async def _engine_lookup(self, b: int, batch, *, capture: bool) -> list[np.ndarray]:
+        """A LOOKUP per table (capturing undo records with ``capture``), rung and waited
+        for; the pooled vectors read over CXL.mem (all in flight) and checked."""
+        drv, agent = self.drv, self.tb.agent
+        exps = []
+        for table, (idx, off) in zip(self.tables, batch.sparse, strict=True):
+            exps.append(await drv.lookup(table, Batch(idx, off), batch_id=b,
+                                         capture_undo=capture))
+        await drv.ring()
+        await drv.wait(poll=POLL, timeout=5_000_000)
+        txns = [[agent.read(agent.host_line(e.out_addr // LINE_BYTES + i))
+                 for i in range(len(e.out_image) // LINE_BYTES)] for e in exps]
+        await agent.wait_all([x for tx in txns for x in tx], timeout=1_000_000)
+        pooled = []
+        for e, tx in zip(exps, txns, strict=True):
+            image = b"".join(x.read_data for x in tx)
+            assert image == e.out_image, f"batch {b}: pooled vectors read over CXL.mem differ"
+            pooled.append(emb.unpack_rows(image, self.w.batch, self.w.dim, self.w.dtype))
+        return pooled
 
     async def tcxl_train(self, first: int, last: int) -> None:
         for b in range(first, last + 1):
@@ -375,20 +387,14 @@ class Trainer:
 
     # --- baseline ------------------------------------------------------------------------
     async def base_batch(self, b: int) -> None:
-        tb, drv, agent = self.tb, self.drv, self.tb.agent
+        tb, agent = self.tb, self.tb.agent
         batch = self.data[b - 1]
         self._begin(b)
-        lpr, stride = self.lpr, self.lpr * LINE_BYTES
+        stride = self.lpr * LINE_BYTES
         t = tb.loop.cycle
-        rows = [np.unique(idx) for idx, _ in batch.sparse]
-        reads = [[agent.read(agent.host_line(table.base // LINE_BYTES + int(r) * lpr + k))
-                  for r in rs for k in range(lpr)]
-                 for table, rs in zip(self.tables, rows, strict=True)]
-        await agent.wait_all([x for tx in reads for x in tx], timeout=1_000_000)
-        local, old_images = [], []
-        for table, rs, tx in zip(self.tables, rows, reads, strict=True):
-            image = b"".join(x.read_data for x in tx)
-            old_images.append(image)
+        rows, old_images = await self._read_rows(batch)
+        local = []
+        for table, rs, image in zip(self.tables, rows, old_images, strict=True):
             # The GPU holds only the rows it read; the rest stays zero and unused.
             tab = np.zeros_like(table.data)
             tab[rs] = emb.unpack_rows(image, len(rs), self.w.dim, self.w.dtype)
@@ -408,20 +414,7 @@ class Trainer:
         t = tb.loop.cycle
         new = [emb.update(tab, idx, off, g)
                for tab, (idx, off), g in zip(local, batch.sparse, grads, strict=True)]
-        # Undo records of every row the batch updates, durable before any update.
-        writes = []
-        for table, rs, image in zip(self.tables, rows, old_images, strict=True):
-            for j, r in enumerate(rs):
-                r = int(r)
-                rec = ckpt.encode_record(0, b, self.seq, table.table_id, r,
-                                         table.base + r * stride,
-                                         image[j * stride:(j + 1) * stride])
-                slot = self.seq % self.log_slots
-                addr = drv.log_base + slot * drv.slot_lines * LINE_BYTES
-                writes += self._write_lines(addr, rec)
-                self.seq += 1
-        self.current["hbm_bytes"] += sum(len(rs) for rs in rows) * LINE_BYTES
-        await agent.wait_all(writes, timeout=1_000_000)
+        await self._write_undo(b, rows, old_images)
         t = self._phase("checkpoint", t)
         writes = []
         for table, rs, image, tab in zip(self.tables, rows, old_images, new, strict=True):
@@ -434,7 +427,48 @@ class Trainer:
             table.data = data
         await agent.wait_all(writes, timeout=1_000_000)
         t = self._phase("update", t)
-        # The commit word is the first word of line 1 (docs/checkpoint.md).
+        await self._commit(b)
+        self._phase("checkpoint", t)
+        self.golden[b] = [tab.data for tab in self.tables]
+        self.completed = b
+        rec = self._end()
+        tb.log.info("batch %d: loss %.4f, %d cycles %s", b, rec["loss"], rec["cycles"],
+                    rec["phases"])
+
+    # --- software checkpointing (baseline and the sw-ckpt ablation) ------------------------
+    async def _read_rows(self, batch) -> tuple[list[np.ndarray], list[bytes]]:
+        """Read every distinct row of ``batch`` over CXL.mem, all in flight; returns the
+        rows per table and their images."""
+        agent, lpr = self.tb.agent, self.lpr
+        rows = [np.unique(idx) for idx, _ in batch.sparse]
+        reads = [[agent.read(agent.host_line(table.base // LINE_BYTES + int(r) * lpr + k))
+                  for r in rs for k in range(lpr)]
+                 for table, rs in zip(self.tables, rows, strict=True)]
+        await agent.wait_all([x for tx in reads for x in tx], timeout=1_000_000)
+        return rows, [b"".join(x.read_data for x in tx) for tx in reads]
+
+    async def _write_undo(self, b: int, rows, old_images) -> None:
+        """Undo records (``sim.ckpt.encode_record``) of every row the batch updates,
+        written over CXL.mem and waited for: durable before any update."""
+        drv, stride = self.drv, self.lpr * LINE_BYTES
+        writes = []
+        for table, rs, image in zip(self.tables, rows, old_images, strict=True):
+            for j, r in enumerate(rs):
+                r = int(r)
+                rec = ckpt.encode_record(0, b, self.seq, table.table_id, r,
+                                         table.base + r * stride,
+                                         image[j * stride:(j + 1) * stride])
+                slot = self.seq % self.log_slots
+                addr = drv.log_base + slot * drv.slot_lines * LINE_BYTES
+                writes += self._write_lines(addr, rec)
+                self.seq += 1
+        self.current["hbm_bytes"] += sum(len(rs) for rs in rows) * LINE_BYTES
+        await self.tb.agent.wait_all(writes, timeout=1_000_000)
+
+    async def _commit(self, b: int) -> None:
+        """The commit word of batch ``b`` (first word of line 1, ``docs/checkpoint.md``),
+        and every K batches the MLP parameters copied to a slot; each waited for."""
+        drv, agent = self.drv, self.tb.agent
         line1 = ckpt.commit_word(b, 0) + bytes(LINE_BYTES - ckpt.WORD_BYTES)
         await agent.wait_all(self._write_lines(ckpt.COMMIT_WORD_ADDR, line1))
         if b % self.k == 0:
@@ -442,6 +476,35 @@ class Trainer:
             payload, header = ckpt.encode_mlp_slot(b, self.params_hist[b])
             await agent.wait_all(self._write_lines(drv.mlp[slot], payload), timeout=1_000_000)
             await agent.wait_all(self._write_lines(drv.mlp[slot] + drv.mlp_bytes, header))
+
+    # --- ablation: the engines with software checkpointing ------------------------------
+    async def swckpt_batch(self, b: int) -> None:
+        """TrainingCXL's engines (LOOKUP and UPDATE descriptors) with checkpointing off and
+        the baseline's software checkpoint: the GPU reads the distinct rows' old images
+        over CXL.mem and writes their undo records before the UPDATEs, then the commit
+        word and every K batches the MLP copy, each waited for."""
+        drv, tb = self.drv, self.tb
+        batch = self.data[b - 1]
+        drv.heap.release(self.mark)
+        self._begin(b)
+        t = tb.loop.cycle
+        pooled = await self._engine_lookup(b, batch, capture=False)
+        t = self._phase("lookup", t)
+        n_idx = sum(len(idx) for idx, _ in batch.sparse)
+        self.current["device_fp_adds"] += 2 * n_idx * self.w.dim
+        self.current["device_sram_lines"] += 2 * (2 * n_idx * self.lpr)
+        grads = await self.gpu_step(b, pooled)
+        t = tb.loop.cycle
+        rows, old_images = await self._read_rows(batch)
+        await self._write_undo(b, rows, old_images)
+        t = self._phase("checkpoint", t)
+        for table, (idx, off), g in zip(self.tables, batch.sparse, grads, strict=True):
+            exp = await drv.update(table, Batch(idx, off), g, batch_id=b)
+            assert exp.status is Status.OK, exp.status
+        await drv.ring()
+        await drv.wait(poll=POLL, timeout=5_000_000)
+        t = self._phase("update", t)
+        await self._commit(b)
         self._phase("checkpoint", t)
         self.golden[b] = [tab.data for tab in self.tables]
         self.completed = b
@@ -497,7 +560,7 @@ async def train_dlrm(dut):
     ``crash_at``); check everything against the golden models; write the figures."""
     p = env.params()
     mode = p.get("mode", "trainingcxl")
-    assert mode in ("trainingcxl", "baseline"), f"unknown mode {mode!r}"
+    assert mode in ("trainingcxl", "baseline", "trainingcxl-sw-ckpt"), f"unknown mode {mode!r}"
     noise = bool(p.get("noise", False))
     platform = get_platform(p.get("platform", DEFAULT_PLATFORM))
     tb = DeviceTB(dut, f"train_{mode}", idle=noise, backpressure=noise,
@@ -511,11 +574,12 @@ async def train_dlrm(dut):
     crash = None
     start_batch, start_params = 0, tr.params0
     start = tb.loop.cycle
-    if mode == "baseline":
+    if mode in ("baseline", "trainingcxl-sw-ckpt"):
         if crash_at is not None and (crash_at == "auto" or crash_at >= 0):
-            tb.log.warning("crash_at ignored: the baseline runs without a power failure")
+            tb.log.warning("crash_at ignored: mode %s runs without a power failure", mode)
+        step = tr.base_batch if mode == "baseline" else tr.swckpt_batch
         for b in range(1, tr.n + 1):
-            await tr.base_batch(b)
+            await step(b)
     else:
         task = cocotb.start_soon(tr.tcxl_train(1, tr.n))
         if crash_at == "auto":

@@ -24,9 +24,9 @@ ROUND = Platform(name="round", device_clock_hz=1e9, link_bytes_per_s=float("inf"
                  pmem_read_latency_ns=100.0, pmem_write_latency_ns=200.0,
                  pmem_media_bytes=256, gpu_flops=1e12, gpu_launch_ns=10_000.0)
 #: One core with two misses in flight; 10 ns per index and 1 ns per line; 100 ns per
-#: parallel phase; PCIe at 64 B/ns after 50 ns per copy.
+#: parallel phase; PCIe at 64 B/ns after 50 ns per copy; 1 W while busy.
 CPU = HostCpu(cores=1, misses_per_core=2, index_ns=10.0, line_ns=1.0, phase_ns=100.0,
-              pcie_bytes_per_s=64e9, copy_ns=50.0)
+              pcie_bytes_per_s=64e9, copy_ns=50.0, core_w=1.0)
 
 
 def test_worked_example(seed):
@@ -38,6 +38,7 @@ def test_worked_example(seed):
     pooled = w.batch * w.num_tables * 16 * 4
     assert embedding.lines_per_row(w.dim, w.dtype) == 1
     assert len(run["batches"]) == w.batches
+    busy = 0.0
     for b, rec in enumerate(run["batches"], start=1):
         sparse = data.batch(b - 1).sparse
         n = sum(len(i) for i, _ in sparse)
@@ -57,8 +58,14 @@ def test_worked_example(seed):
         assert rec["cycles"] == pytest.approx(sum(want.values()))
         assert rec["pmem_read_bytes"] == d * 64
         assert rec["pmem_write_bytes"] == (3 * d + 1) * 64 + (mlp if b % 2 == 0 else 0)
+        busy += (100 + max(mem, work) + 100) + (100 + work)     # the cores' two phases
     assert run["cycles_per_iteration"] == pytest.approx(
         sum(r["cycles"] for r in run["batches"]) / w.batches)
+    e = run["energy_j"]
+    assert e["cpu_active_j"] == pytest.approx(busy * 1e-9)     # 1 W for busy ns
+    assert e["device_static_j"] == 0.0 and e["device_dynamic_j"] == 0.0
+    assert e["total_j"] == pytest.approx(sum(v for k, v in e.items()
+                                             if k not in ("total_j", "seconds")))
 
 
 def test_more_cores_never_slower(seed):
@@ -82,7 +89,8 @@ def test_slow_writes_cost_the_checkpoint(seed):
 @pytest.mark.parametrize("field, value", [("cores", 0), ("misses_per_core", 1.5),
                                           ("index_ns", 0.0), ("line_ns", -1.0),
                                           ("phase_ns", float("nan")), ("copy_ns", True),
-                                          ("pcie_bytes_per_s", float("inf"))])
+                                          ("pcie_bytes_per_s", float("inf")),
+                                          ("core_w", 0)])
 def test_bad_cpu(field, value):
     with pytest.raises(ValueError, match=field):
         dataclasses.replace(DEFAULT_CPU, **{field: value})

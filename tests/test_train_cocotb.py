@@ -9,7 +9,9 @@ message and CSR access pays its flight time):
   resume; tables bit for bit and losses equal to the reference run from the recovered
   state;
 * baseline (Verilator): software pooling, updates and checkpointing over CXL.mem;
-  tables bit for bit and losses equal to the reference run.
+  tables bit for bit and losses equal to the reference run;
+* the sw-ckpt ablation (Verilator): the engines' LOOKUP and UPDATE with the baseline's
+  software checkpoint; the same checks.
 
 ``SEED=<n>`` replays a run (it seeds both the cocotb bench and the data).
 """
@@ -24,7 +26,8 @@ CASES = sim_configs({"verilator": ("small",), "icarus": ("small",)})
 #: TrainingCXL (the crash and resume) on both simulators (about a minute on Icarus);
 #: the baseline, whose RTL path is the CXL.mem endpoint the device tests cover on both,
 #: on Verilator only (the CI budget).
-MODES = {"verilator": ("trainingcxl", "baseline"), "icarus": ("trainingcxl",)}
+MODES = {"verilator": ("trainingcxl", "baseline", "trainingcxl-sw-ckpt"),
+         "icarus": ("trainingcxl",)}
 
 
 @pytest.mark.slow

@@ -1,0 +1,163 @@
+"""A performance model calibrated on RTL runs, for sizes the RTL simulation cannot reach.
+
+Each phase of a training iteration (lookup, update, checkpoint) of each RTL mode
+(TrainingCXL, gpu-direct) is a linear function of counts that follow from the workload
+and a batch's indices alone (:func:`features`): tables, indices, distinct rows, lines
+per row, pooled-vector lines, MLP lines on the batches that copy the MLP. The GPU phase
+is the GPU model itself (``DLRM.gpu_cycles`` plus, for gpu-direct, its pooling and
+update FLOPs), as in the RTL flow. The coefficients are fitted by least squares on the
+per-batch phase cycles of RTL runs (:data:`FIT_POINTS`, ``sim/train.py`` on the
+platform given), and the model is then checked on RTL runs it was not fitted on
+(:data:`HELDOUT_POINTS`): the relative error of the cycles per iteration of each mode.
+``docs/performance.md`` ("Performance model") has the figures; ``python -m sim.bench
+--only perfmodel`` writes ``build/bench/perfmodel.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import embedding
+from .dlrm import DLRM
+from .workloads import SyntheticClicks, Workload, get_workload
+
+__all__ = ["FIT_POINTS", "HELDOUT_POINTS", "PHASE_FEATURES", "PerfModel", "Point", "features",
+           "fit", "predict_run"]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One RTL run: a preset with ``batch`` samples per batch for ``batches`` batches."""
+    preset: str
+    batch: int
+    batches: int = 3
+
+    @property
+    def name(self) -> str:
+        return f"{self.preset}-b{self.batch}x{self.batches}"
+
+    def workload(self) -> Workload:
+        return get_workload(self.preset).with_overrides(batch=self.batch, batches=self.batches)
+
+
+#: Runs the coefficients are fitted on, and runs held out to check them (larger batches
+#: of each preset, so the check is an extrapolation, as the model's use is). K is 4 in
+#: every preset: the ``default`` runs train 4 batches so that the MLP copy (29 KB) is in
+#: them; the other presets' MLPs (1.9 and 8.9 MB) would take most of the simulation,
+#: so their runs stop at 3 batches and the per-line cost of the copy comes from
+#: ``default``.
+FIT_POINTS = (Point("default", 4, 4), Point("default", 8, 4), Point("default", 16, 4),
+              Point("kaggle-like", 4), Point("kaggle-like", 8),
+              Point("multi-hot", 2), Point("multi-hot", 4))
+HELDOUT_POINTS = (Point("default", 24, 4), Point("default", 32, 4), Point("kaggle-like", 12),
+                  Point("kaggle-like", 16), Point("multi-hot", 6), Point("multi-hot", 8))
+
+#: The features of each (mode, phase) (names of :func:`features`' keys). A TrainingCXL
+#: UPDATE costs a latency chain per table, its gradient feed reads one gradient vector
+#: per bag (``pooled_lines``), and its scatter handles every index's lines and fills
+#: and writes every distinct row.
+PHASE_FEATURES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("trainingcxl", "lookup"): ("one", "tables", "index_lines", "pooled_lines"),
+    ("trainingcxl", "update"): ("tables", "index_lines", "distinct_lines", "pooled_lines"),
+    ("trainingcxl", "checkpoint"): ("mlp_copy", "mlp_lines"),
+    ("baseline", "lookup"): ("one", "distinct_lines"),
+    ("baseline", "update"): ("one", "distinct_lines"),
+    ("baseline", "checkpoint"): ("one", "undo_lines", "mlp_lines"),
+}
+
+
+def features(w: Workload, seed: int) -> list[dict[str, float]]:
+    """Per batch ``1..w.batches`` of :class:`SyntheticClicks` with ``seed``: the counts
+    the phase models use."""
+    lpr = embedding.lines_per_row(w.dim, w.dtype)
+    vec_lines = math.ceil(w.dim * np.dtype(w.dtype).itemsize / 64)
+    mlp_lines = math.ceil(len(DLRM(w, seed).params_bytes()) / 64)
+    data = SyntheticClicks(w, seed)
+    out = []
+    for b in range(1, w.batches + 1):
+        sparse = data.batch(b - 1).sparse
+        n = sum(len(i) for i, _ in sparse)
+        d = sum(len(np.unique(i)) for i, _ in sparse)
+        copy = float(b % w.mlp_ckpt_every == 0)
+        out.append({"one": 1.0, "tables": float(w.num_tables), "index_lines": float(n * lpr),
+                    "distinct_lines": float(d * lpr), "undo_lines": float(d * (1 + lpr)),
+                    "pooled_lines": float(w.batch * w.num_tables * vec_lines),
+                    "mlp_copy": copy, "mlp_lines": copy * mlp_lines, "indices": float(n)})
+    return out
+
+
+def gpu_cycles(w: Workload, seed: int, mode: str, f: dict[str, float]) -> float:
+    """The GPU phase as the RTL flow models it (``tb/train_dlrm.py``)."""
+    cycles = DLRM(w, seed).gpu_cycles(w.batch)
+    if mode == "baseline":                              # pooling and update on the GPU
+        cycles += math.ceil(2 * f["indices"] * w.dim / w.gpu_flops_per_cycle)
+    return float(cycles)
+
+
+@dataclass
+class PerfModel:
+    """Fitted coefficients per (mode, phase), in the order of :data:`PHASE_FEATURES`."""
+    coef: dict[tuple[str, str], np.ndarray]
+
+    def phase(self, mode: str, phase: str, f: dict[str, float]) -> float:
+        names = PHASE_FEATURES[(mode, phase)]
+        return float(np.dot(self.coef[(mode, phase)], [f[n] for n in names]))
+
+    def as_dict(self) -> dict:
+        return {f"{m}/{p}": dict(zip(PHASE_FEATURES[(m, p)], map(float, c), strict=True))
+                for (m, p), c in self.coef.items()}
+
+
+def _records(run: dict) -> list[dict]:
+    return [r for r in run["batches"] if not r.get("lost")]
+
+
+def fit(runs: dict[Point, dict], seed: int) -> PerfModel:
+    """Least-squares coefficients from RTL runs (``sim.train`` results keyed by point:
+    ``runs[point]["runs"][mode]``)."""
+    coef = {}
+    for (mode, phase), names in PHASE_FEATURES.items():
+        rows, ys = [], []
+        for point, result in runs.items():
+            feats = features(point.workload(), seed)
+            for rec in _records(result["runs"][mode]):
+                rows.append([feats[rec["batch"] - 1][n] for n in names])
+                ys.append(rec["phases"][phase])
+        x, y = np.asarray(rows), np.asarray(ys, dtype=float)
+        coef[(mode, phase)] = np.linalg.lstsq(x, y, rcond=None)[0]
+    return PerfModel(coef)
+
+
+def predict_run(model: PerfModel, w: Workload, seed: int, mode: str) -> dict:
+    """Predicted cycles per iteration and per phase of ``mode`` training ``w``."""
+    per = {"lookup": 0.0, "gpu": 0.0, "update": 0.0, "checkpoint": 0.0}
+    feats = features(w, seed)
+    for f in feats:
+        for phase in ("lookup", "update", "checkpoint"):
+            per[phase] += max(0.0, model.phase(mode, phase, f))
+        per["gpu"] += gpu_cycles(w, seed, mode, f)
+    n = len(feats)
+    return {"cycles_per_iteration": sum(per.values()) / n,
+            "phase_cycles_per_iteration": {k: v / n for k, v in per.items()}}
+
+
+def validate(model: PerfModel, runs: dict[Point, dict], seed: int) -> dict:
+    """Relative error of the predicted cycles per iteration against each RTL run."""
+    out = {}
+    for point, result in runs.items():
+        for mode in ("trainingcxl", "baseline"):
+            recs = _records(result["runs"][mode])
+            measured = sum(r["cycles"] for r in recs) / len(recs)
+            predicted = predict_run(model, point.workload(), seed, mode)["cycles_per_iteration"]
+            out[f"{point.name}/{mode}"] = {
+                "measured": measured, "predicted": round(predicted, 1),
+                "relative_error": round(abs(predicted - measured) / measured, 4)}
+    return out
+
+
+def load_runs(paths: dict[Point, str]) -> dict[Point, dict]:
+    return {p: json.loads(open(path).read()) for p, path in paths.items()}
