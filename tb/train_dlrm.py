@@ -274,9 +274,7 @@ class Trainer:
 
         grads = await self.gpu_step(b, pooled)
         t = self.tb.loop.cycle
-        for table, (idx, off), g in zip(self.tables, batch.sparse, grads, strict=True):
-            exp = await drv.update(table, Batch(idx, off), g, batch_id=b)
-            assert exp.status is Status.OK, exp.status
+        await self._engine_updates(b, batch, grads)
         self.golden[b] = [tab.data for tab in self.tables]
         await drv.plain(DescKind.COMMIT, batch_id=b)
         self.issued = b
@@ -290,10 +288,21 @@ class Trainer:
             t = self._phase("checkpoint", t)
         await drv.wait(poll=POLL, timeout=5_000_000)
         self._phase("update", t)
+        self._finish(b)
+
+    def _finish(self, b: int) -> None:
+        """Batch ``b`` completed: its execution record and progress line."""
         self.completed = b
         rec = self._end()
-        tb.log.info("batch %d: loss %.4f, %d cycles %s", b, rec["loss"], rec["cycles"],
-                    rec["phases"])
+        self.tb.log.info("batch %d: loss %.4f, %d cycles %s", b, rec["loss"], rec["cycles"],
+                         rec["phases"])
+
+    async def _engine_updates(self, b: int, batch, grads) -> None:
+        """An UPDATE descriptor per table with the GPU's per-bag gradients (queued; the
+        caller rings)."""
+        for table, (idx, off), g in zip(self.tables, batch.sparse, grads, strict=True):
+            exp = await self.drv.update(table, Batch(idx, off), g, batch_id=b)
+            assert exp.status is Status.OK, exp.status
 
     async def _engine_lookup(self, b: int, batch, *, capture: bool) -> list[np.ndarray]:
         """A LOOKUP per table (capturing undo records with ``capture``), rung and waited
@@ -430,10 +439,7 @@ class Trainer:
         await self._commit(b)
         self._phase("checkpoint", t)
         self.golden[b] = [tab.data for tab in self.tables]
-        self.completed = b
-        rec = self._end()
-        tb.log.info("batch %d: loss %.4f, %d cycles %s", b, rec["loss"], rec["cycles"],
-                    rec["phases"])
+        self._finish(b)
 
     # --- software checkpointing (baseline and the sw-ckpt ablation) ------------------------
     async def _read_rows(self, batch) -> tuple[list[np.ndarray], list[bytes]]:
@@ -498,19 +504,14 @@ class Trainer:
         rows, old_images = await self._read_rows(batch)
         await self._write_undo(b, rows, old_images)
         t = self._phase("checkpoint", t)
-        for table, (idx, off), g in zip(self.tables, batch.sparse, grads, strict=True):
-            exp = await drv.update(table, Batch(idx, off), g, batch_id=b)
-            assert exp.status is Status.OK, exp.status
+        await self._engine_updates(b, batch, grads)
         await drv.ring()
         await drv.wait(poll=POLL, timeout=5_000_000)
         t = self._phase("update", t)
         await self._commit(b)
         self._phase("checkpoint", t)
         self.golden[b] = [tab.data for tab in self.tables]
-        self.completed = b
-        rec = self._end()
-        tb.log.info("batch %d: loss %.4f, %d cycles %s", b, rec["loss"], rec["cycles"],
-                    rec["phases"])
+        self._finish(b)
 
     def _write_lines(self, addr: int, data: bytes) -> list:
         agent = self.tb.agent
