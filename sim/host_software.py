@@ -146,6 +146,7 @@ def host_software_run(workload: Workload, seed: int, platform: Platform,
         """Write ``nbytes`` to PMEM and fence: bandwidth time plus one write latency."""
         return nbytes / write_bw * clock + p.pmem_write_cycles
 
+    pooled = w.batch * w.num_tables * vec_bytes       # also the bytes of the gradients
     records = []
     for b in range(1, w.batches + 1):
         batch = data.batch(b - 1)
@@ -155,24 +156,26 @@ def host_software_run(workload: Workload, seed: int, platform: Platform,
         cpu_work = cyc(n_idx * (cpu.index_ns + lpr * cpu.line_ns)) / cpu.cores
         mem = max(lines * LINE_BYTES / read_bw * clock,
                   lines * p.pmem_read_cycles / (cpu.cores * cpu.misses_per_core))
-        pooled = w.batch * w.num_tables * vec_bytes
-        lookup = cyc(cpu.phase_ns) + max(mem, cpu_work) + p.pmem_read_cycles + copy(pooled)
+        # The cores' two parallel phases (what the energy charges them for).
+        gather = cyc(cpu.phase_ns) + max(mem, cpu_work) + p.pmem_read_cycles
+        apply = cyc(cpu.phase_ns) + cpu_work
+        lookup = gather + copy(pooled)
         undo = write(distinct * (1 + lpr) * LINE_BYTES)
-        update = copy(pooled) + cyc(cpu.phase_ns) + cpu_work + write(lines * LINE_BYTES)
+        update = copy(pooled) + apply + write(lines * LINE_BYTES)
         commit = write(LINE_BYTES)
-        mlp = copy(mlp_bytes) + write(mlp_bytes) if b % w.mlp_ckpt_every == 0 else 0.0
+        mlp_copied = mlp_bytes if b % w.mlp_ckpt_every == 0 else 0
+        mlp = copy(mlp_copied) + write(mlp_copied) if mlp_copied else 0.0
         phases = {"lookup": lookup, "gpu": float(gpu), "update": update,
                   "checkpoint": undo + commit + mlp}
-        busy = lookup - copy(pooled) + update - copy(pooled) - write(lines * LINE_BYTES)
-        written = (distinct * (1 + lpr) + lines + 1) * LINE_BYTES + (mlp_bytes if mlp else 0)
+        written = (distinct * (1 + lpr) + lines + 1) * LINE_BYTES + mlp_copied
         records.append({
             "batch": b, "phases": phases, "cycles": sum(phases.values()),
             "pmem_read_bytes": lines * LINE_BYTES,
             "pmem_write_bytes": written,
             "pmem_media_reads": distinct * media_per_row,
             "pmem_media_writes": math.ceil(written / p.pmem_media_bytes),
-            "pcie_bytes": 2 * pooled + (mlp_bytes if mlp else 0),     # pooled + grads
-            "cpu_busy_core_cycles": cpu.cores * busy,
+            "pcie_bytes": 2 * pooled + mlp_copied,     # pooled vectors, gradients, MLP
+            "cpu_busy_core_cycles": cpu.cores * (gather + apply),
             "gpu_flops": model.flops_per_batch(w.batch),
         })
     n = len(records)

@@ -15,7 +15,6 @@ platform given), and the model is then checked on RTL runs it was not fitted on
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -75,7 +74,9 @@ def features(w: Workload, seed: int) -> list[dict[str, float]]:
     the phase models use."""
     lpr = embedding.lines_per_row(w.dim, w.dtype)
     vec_lines = math.ceil(w.dim * np.dtype(w.dtype).itemsize / 64)
-    mlp_lines = math.ceil(len(DLRM(w, seed).params_bytes()) / 64)
+    model = DLRM(w, seed)
+    mlp_lines = math.ceil(len(model.params_bytes()) / 64)
+    gpu_step = float(model.gpu_cycles(w.batch))
     data = SyntheticClicks(w, seed)
     out = []
     for b in range(1, w.batches + 1):
@@ -86,16 +87,18 @@ def features(w: Workload, seed: int) -> list[dict[str, float]]:
         out.append({"one": 1.0, "tables": float(w.num_tables), "index_lines": float(n * lpr),
                     "distinct_lines": float(d * lpr), "undo_lines": float(d * (1 + lpr)),
                     "pooled_lines": float(w.batch * w.num_tables * vec_lines),
-                    "mlp_copy": copy, "mlp_lines": copy * mlp_lines, "indices": float(n)})
+                    "mlp_copy": copy, "mlp_lines": copy * mlp_lines, "indices": float(n),
+                    "gpu_step": gpu_step})
     return out
 
 
-def gpu_cycles(w: Workload, seed: int, mode: str, f: dict[str, float]) -> float:
-    """The GPU phase as the RTL flow models it (``tb/train_dlrm.py``)."""
-    cycles = DLRM(w, seed).gpu_cycles(w.batch)
+def gpu_cycles(w: Workload, mode: str, f: dict[str, float]) -> float:
+    """The GPU phase of the batch with features ``f`` as the RTL flow models it
+    (``tb/train_dlrm.py``)."""
+    cycles = f["gpu_step"]
     if mode == "baseline":                              # pooling and update on the GPU
         cycles += math.ceil(2 * f["indices"] * w.dim / w.gpu_flops_per_cycle)
-    return float(cycles)
+    return cycles
 
 
 @dataclass
@@ -119,13 +122,13 @@ def _records(run: dict) -> list[dict]:
 def fit(runs: dict[Point, dict], seed: int) -> PerfModel:
     """Least-squares coefficients from RTL runs (``sim.train`` results keyed by point:
     ``runs[point]["runs"][mode]``)."""
+    feats = {point: features(point.workload(), seed) for point in runs}
     coef = {}
     for (mode, phase), names in PHASE_FEATURES.items():
         rows, ys = [], []
         for point, result in runs.items():
-            feats = features(point.workload(), seed)
             for rec in _records(result["runs"][mode]):
-                rows.append([feats[rec["batch"] - 1][n] for n in names])
+                rows.append([feats[point][rec["batch"] - 1][n] for n in names])
                 ys.append(rec["phases"][phase])
         x, y = np.asarray(rows), np.asarray(ys, dtype=float)
         coef[(mode, phase)] = np.linalg.lstsq(x, y, rcond=None)[0]
@@ -134,12 +137,15 @@ def fit(runs: dict[Point, dict], seed: int) -> PerfModel:
 
 def predict_run(model: PerfModel, w: Workload, seed: int, mode: str) -> dict:
     """Predicted cycles per iteration and per phase of ``mode`` training ``w``."""
+    return _predict(model, w, features(w, seed), mode)
+
+
+def _predict(model: PerfModel, w: Workload, feats: list[dict[str, float]], mode: str) -> dict:
     per = {"lookup": 0.0, "gpu": 0.0, "update": 0.0, "checkpoint": 0.0}
-    feats = features(w, seed)
     for f in feats:
         for phase in ("lookup", "update", "checkpoint"):
             per[phase] += max(0.0, model.phase(mode, phase, f))
-        per["gpu"] += gpu_cycles(w, seed, mode, f)
+        per["gpu"] += gpu_cycles(w, mode, f)
     n = len(feats)
     return {"cycles_per_iteration": sum(per.values()) / n,
             "phase_cycles_per_iteration": {k: v / n for k, v in per.items()}}
@@ -149,15 +155,13 @@ def validate(model: PerfModel, runs: dict[Point, dict], seed: int) -> dict:
     """Relative error of the predicted cycles per iteration against each RTL run."""
     out = {}
     for point, result in runs.items():
+        w = point.workload()
+        feats = features(w, seed)
         for mode in ("trainingcxl", "baseline"):
             recs = _records(result["runs"][mode])
             measured = sum(r["cycles"] for r in recs) / len(recs)
-            predicted = predict_run(model, point.workload(), seed, mode)["cycles_per_iteration"]
+            predicted = _predict(model, w, feats, mode)["cycles_per_iteration"]
             out[f"{point.name}/{mode}"] = {
                 "measured": measured, "predicted": round(predicted, 1),
                 "relative_error": round(abs(predicted - measured) / measured, 4)}
     return out
-
-
-def load_runs(paths: dict[Point, str]) -> dict[Point, dict]:
-    return {p: json.loads(open(path).read()) for p, path in paths.items()}

@@ -124,8 +124,7 @@ class StreamSource:
         self._valid = getattr(dut, f"{name}__valid")
         self._ready = reader(getattr(dut, f"{name}__ready"))
         self._payload = getattr(dut, f"{name}__payload", None)
-        self._queue: deque[int] = deque()
-        self._at: deque[int] = deque()     # per queued item: first cycle it may show
+        self._queue: deque[tuple[int, int]] = deque()   # (first cycle it may show, item)
         self._current: int | None = None
         self._driven_valid = 0
         self._valid.value = 0
@@ -142,8 +141,7 @@ class StreamSource:
             if self._codec is None:
                 raise TypeError(f"{self.name}: payload layout is not a StructLayout; send an int")
             payload = self._codec.pack(**payload)
-        self._queue.append(payload)
-        self._at.append(at)
+        self._queue.append((at, payload))
 
     async def drained(self, timeout: int = 100_000) -> None:
         """Wait until every queued item has been transferred."""
@@ -154,7 +152,6 @@ class StreamSource:
         """Drop the queue and the presented item; ``valid`` falls (now if the loop is
         in its drive phase, else in the next cycle's drive)."""
         self._queue.clear()
-        self._at.clear()
         self._current = None
         if self.loop.in_drive_phase and self._driven_valid:
             self._valid.value = 0
@@ -162,10 +159,9 @@ class StreamSource:
 
     def drive(self) -> None:
         if self._current is None:
-            if self._queue and self._at[0] <= self.loop.cycle and \
+            if self._queue and self._queue[0][0] <= self.loop.cycle and \
                     not (self.idle and self.rng.random() < self.idle):
-                self._current = self._queue.popleft()
-                self._at.popleft()
+                self._current = self._queue.popleft()[1]
                 if self._payload is not None:
                     self._payload.value = self._current
                 if not self._driven_valid:

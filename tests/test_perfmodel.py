@@ -39,7 +39,7 @@ def _synthetic_runs(coef: dict, seed: int, noise: float, rng) -> dict:
                                            [f[n] for n in pm.PHASE_FEATURES[(mode, ph)]]))
                           * (1 + noise * rng.uniform(-1, 1))
                           for ph in ("lookup", "update", "checkpoint")}
-                phases["gpu"] = pm.gpu_cycles(w, seed, mode, f)
+                phases["gpu"] = pm.gpu_cycles(w, mode, f)
                 recs.append({"batch": b, "phases": phases, "cycles": sum(phases.values())})
             result["runs"][mode] = {"batches": recs}
         runs[point] = result
