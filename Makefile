@@ -6,10 +6,12 @@
 #   make lint     Verilator -Wall on every generated module, ruff on the Python
 #   make ruff     ruff on the Python only (seconds; CI runs it before the tests)
 #   make bench    benchmarks, JSON under build/bench/
+#   make sweep    speedup over the baselines across platform and workload (build/bench/sweep*)
 #   make synth    Yosys + nextpnr-ecp5 resource and Fmax estimate, JSON under build/synth/
 # Variables: SIM=verilator|icarus  CONFIG=<preset name or .toml path>  WAVES=1  SEED=<n>
 #            CRASH_AT=<cycles>|-1 (make sim: when the power fails; -1: never)
-#            PLATFORM=<name> (make sim, and make bench's system benchmark: docs/platform.md)
+#            PLATFORM=<name>[:<field>=<value>,...] (make sim, and make bench's system
+#            benchmark: docs/platform.md)
 
 SIM    ?= verilator
 CONFIG ?= default
@@ -25,11 +27,11 @@ TEST_SIM := $(if $(filter command line environment,$(origin SIM)),$(SIM))
 # make lint checks every preset unless CONFIG is given.
 LINT_CONFIGS := $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG))
 
-.PHONY: all venv verilog sim test test-fast lint ruff bench synth clean check-icarus check-sim help
+.PHONY: all venv verilog sim test test-fast lint ruff bench sweep synth clean check-icarus check-sim help
 all: help
 
 help:
-	@sed -n '2,11p' Makefile
+	@sed -n '2,14p' Makefile
 
 # First use: create .venv and install the pinned dependencies from pyproject.toml.
 $(STAMP): pyproject.toml
@@ -79,6 +81,11 @@ ruff: $(STAMP)
 
 bench: $(STAMP) check-sim
 	$(PY) -m sim.bench --config $(CONFIG) --sim $(SIM) $(if $(SEED),--seed $(SEED)) $(if $(PLATFORM),--platform $(PLATFORM))
+
+# TrainingCXL's speedup over its baselines across platform and workload (sim/sweep.py):
+# 31 RTL points; build/bench/sweep.json and PNG heatmaps. About 20 minutes on 2 cores.
+sweep: $(STAMP) check-sim
+	$(PY) -m sim.sweep --config $(CONFIG) --sim $(SIM) $(if $(SEED),--seed $(SEED))
 
 # Resource / Fmax estimate on an ECP5-85F (out of context); installs the YoWASP tools on first use.
 SYNTH_STAMP := $(VENV)/.installed-synth

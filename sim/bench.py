@@ -55,7 +55,7 @@ import time
 from hw.config import load_config
 
 from . import toolenv
-from .platform import DEFAULT_PLATFORM, PLATFORMS
+from .platform import DEFAULT_PLATFORM, platform_arg
 from .runner import BUILD, run
 
 __all__ = ["SYSTEM_OVERRIDES", "bench_ckpt", "bench_coherence", "bench_engine",
@@ -409,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("mem_endpoint", "engine", "ckpt", "coherence",
                                            "system", "perfmodel"),
                         help="run one benchmark (default: all)")
-    parser.add_argument("--platform", default=SYSTEM_PLATFORM, choices=sorted(PLATFORMS),
+    parser.add_argument("--platform", default=SYSTEM_PLATFORM, type=platform_arg,
                         help="platform of the system benchmark (default: %(default)s; the "
                              "block benchmarks run on ideal-1ch)")
     args = parser.parse_args(argv)

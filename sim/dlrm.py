@@ -39,8 +39,8 @@ from .embedding import LINE_BYTES
 from .platform import DEFAULT_PLATFORM, get_platform
 from .workloads import SyntheticClicks, Workload
 
-__all__ = ["DLRM", "GPU_LAUNCH_CYCLES", "TrainResult", "init_tables", "train_reference",
-           "train_step"]
+__all__ = ["DLRM", "GPU_LAUNCH_CYCLES", "TrainResult", "evaluate", "init_tables",
+           "train_reference", "train_step"]
 
 #: Fixed GPU cost per training batch in device cycles: the platform's ``gpu_launch_ns``
 #: (10 us, 2,500 cycles at 250 MHz), the order of the launch and synchronisation latency
@@ -314,3 +314,12 @@ def train_step(model: DLRM, tables, batch, *, partials: int = 4) -> tuple[float,
     grads = model.embedding_grads(d_pooled)
     return loss, [embedding.update(tab, idx, off, g)
                   for tab, (idx, off), g in zip(tables, batch.sparse, grads, strict=True)]
+
+
+def evaluate(model: DLRM, tables, batch, *, partials: int = 4) -> float:
+    """The mean BCE loss of ``model`` and ``tables`` on ``batch`` (a
+    :class:`~sim.workloads.ClickBatch`, typically :meth:`SyntheticClicks.held_out`), with
+    :func:`train_step`'s pooling and forward pass and no update."""
+    pooled = [embedding.pool(tab, idx, off, mode="sum", partials=partials)
+              for tab, (idx, off) in zip(tables, batch.sparse, strict=True)]
+    return model.forward(batch.dense, pooled, batch.labels)[0]

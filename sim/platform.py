@@ -25,9 +25,10 @@ No simulator import: the golden models, the reports and the test benches share i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
-__all__ = ["DEFAULT_PLATFORM", "LINE_BYTES", "PLATFORMS", "Platform", "get_platform"]
+__all__ = ["DEFAULT_PLATFORM", "LINE_BYTES", "PLATFORMS", "Platform", "get_platform",
+           "platform_arg"]
 
 #: Bytes of one CXL line, the unit of every data path of the device.
 LINE_BYTES = 64
@@ -230,9 +231,46 @@ DEFAULT_PLATFORM = "paper-like"
 
 
 def get_platform(name: str) -> Platform:
-    """The named platform; ``ValueError`` listing the names if there is none."""
+    """The platform ``name``: a key of :data:`PLATFORMS`, or a named platform with
+    fields changed, ``"<base>:<field>=<value>,<field>=<value>..."`` (for example
+    ``"paper-like:pmem_channels=2,link_bytes_per_s=16e9"``: what ``make sweep`` varies).
+    The derived platform is called ``name`` and validated like any other.
+
+    Raises
+    ------
+    ValueError
+        An unknown base (the message lists the names), a field that does not exist or
+        is ``name``, a value that is not a number, or a value the platform rejects.
+    """
+    base_name, _, changes = name.partition(":")
     try:
-        return PLATFORMS[name]
+        base = PLATFORMS[base_name]
     except KeyError:
-        raise ValueError(f"platform {name!r} not found (platforms: "
+        raise ValueError(f"platform {base_name!r} not found (platforms: "
                          f"{', '.join(sorted(PLATFORMS))})") from None
+    if not changes:
+        return base
+    known = {f.name: f.type for f in fields(Platform) if f.name != "name"}
+    values = {}
+    for item in changes.split(","):
+        key, eq, text = item.partition("=")
+        if key not in known or not eq:
+            raise ValueError(f"platform {name!r}: {item!r} is not <field>=<value> with a "
+                             f"field of {', '.join(known)}")
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"platform {name!r}: {key} must be a number, not {text!r}") from None
+        values[key] = int(value) if known[key] in (int, "int") and value.is_integer() else value
+    return replace(base, name=name, **values)
+
+
+def platform_arg(name: str) -> str:
+    """An ``argparse`` type: ``name`` if :func:`get_platform` accepts it."""
+    import argparse
+
+    try:
+        get_platform(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name

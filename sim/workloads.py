@@ -46,6 +46,7 @@ __all__ = [
     "SyntheticClicks",
     "Workload",
     "get_workload",
+    "parse_override",
 ]
 
 #: The platform the training flow runs on (``sim/platform.py``, ``docs/platform.md``).
@@ -175,8 +176,27 @@ class Workload:
         return BF16 if self.bf16 else FP32
 
     def with_overrides(self, **changes) -> Workload:
-        """A copy with ``changes`` applied (``dataclasses.replace``; validated again)."""
-        return replace(self, **changes)
+        """A copy with ``changes`` applied (``dataclasses.replace``; validated again).
+        Lists become tuples, so overrides that went through JSON apply unchanged."""
+        return replace(self, **{k: tuple(v) if isinstance(v, list) else v
+                                for k, v in changes.items()})
+
+
+def parse_override(text: str) -> tuple[str, object]:
+    """``"field=value"`` as ``(field, value)`` for :meth:`Workload.with_overrides`; the
+    value is a Python literal (``lr=0.2``, ``table_rows=(65536,) * 4`` is not one, write
+    ``table_rows=(65536, 65536, 65536, 65536)``). ValueError names what is wrong."""
+    import ast
+    from dataclasses import fields
+
+    key, eq, value = text.partition("=")
+    names = [f.name for f in fields(Workload) if f.name != "name"]
+    if not eq or key not in names:
+        raise ValueError(f"{text!r} is not <field>=<value> with a field of {', '.join(names)}")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        raise ValueError(f"{key}: {value!r} is not a Python literal") from None
 
 
 PRESETS: dict[str, Workload] = {w.name: w for w in (
@@ -274,30 +294,40 @@ class SyntheticClicks:
         """The teacher's hidden scalar ``h_t[r]`` of every row, one array per table."""
         return self._h
 
-    def _bag_sizes(self, rng: np.random.Generator, table: int) -> np.ndarray:
+    def _bag_sizes(self, rng: np.random.Generator, table: int, n: int) -> np.ndarray:
         w = self._w
         if w.pooling == "multi-hot":
-            return np.full(w.batch, w.multi_hot_sizes[table], np.int64)
+            return np.full(n, w.multi_hot_sizes[table], np.int64)
         if w.pooling == "fixed":
-            return np.full(w.batch, round(w.pooling_mean), np.int64)
-        return np.minimum(1 + rng.poisson(w.pooling_mean - 1, w.batch), w.pooling_max)
+            return np.full(n, round(w.pooling_mean), np.int64)
+        return np.minimum(1 + rng.poisson(w.pooling_mean - 1, n), w.pooling_max)
 
     def batch(self, i: int) -> ClickBatch:
         """Batch ``i`` (``i >= 0``) of the log."""
         if i < 0:
             raise ValueError(f"batch index must be non-negative, not {i}")
-        w = self._w
-        rng = np.random.default_rng((self._seed, 1, i))
-        dense = rng.standard_normal((w.batch, w.dense_features))
+        return self._draw(np.random.default_rng((self._seed, 1, i)), self._w.batch)
+
+    def held_out(self, samples: int) -> ClickBatch:
+        """``samples`` samples drawn like the training batches, with the same teacher,
+        from a generator of their own (``(seed, 2)``), so no training batch contains
+        them: the set the held-out loss of a run is measured on."""
+        if samples < 1:
+            raise ValueError(f"samples must be positive, not {samples}")
+        return self._draw(np.random.default_rng((self._seed, 2)), samples)
+
+    def _draw(self, rng: np.random.Generator, samples: int) -> ClickBatch:
+        w, n = self._w, samples
+        dense = rng.standard_normal((n, w.dense_features))
         score = self.BIAS + self.DENSE_GAIN * (dense @ self._v)
         sparse = []
         for t, rows in enumerate(w.table_rows):
-            sizes = self._bag_sizes(rng, t)
+            sizes = self._bag_sizes(rng, t, n)
             indices = power_law_rows(rng, int(sizes.sum()), rows, w.zipf_alpha)
             offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-            bag_of = np.repeat(np.arange(w.batch), sizes)
-            bag_mean = np.bincount(bag_of, self._h[t][indices], w.batch) / sizes
+            bag_of = np.repeat(np.arange(n), sizes)
+            bag_mean = np.bincount(bag_of, self._h[t][indices], n) / sizes
             score += self.SPARSE_GAIN * bag_mean / np.sqrt(w.num_tables)
             sparse.append((indices.astype(np.int32), offsets.astype(np.int32)))
-        labels = rng.random(w.batch) < 1 / (1 + np.exp(-score))
+        labels = rng.random(n) < 1 / (1 + np.exp(-score))
         return ClickBatch(dense.astype(np.float32), tuple(sparse), labels.astype(np.float32))

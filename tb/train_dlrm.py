@@ -28,6 +28,9 @@ CXL.mem response against the host's golden memory, recovery's invariants
 :func:`sim.train.reference_train` started from the recovered state (tables after the
 committed batch C, MLP parameters of the recovered batch M), batches C+1..N.
 
+After every batch (and before the first) the trainer measures the held-out loss: the
+GPU's MLP and the tables on :data:`HELDOUT_SAMPLES` samples no batch trains on.
+
 Every count the report uses is measured per batch execution (:class:`Meter`) and written
 as JSON to the ``out`` parameter; ``docs/training.md`` says how each is obtained.
 
@@ -53,7 +56,7 @@ import numpy as np
 from hw.engine.descriptor import DescKind, Status
 from sim import ckpt
 from sim import embedding as emb
-from sim.dlrm import DLRM, init_tables
+from sim.dlrm import DLRM, evaluate, init_tables
 from sim.embedding import LINE_BYTES
 from sim.platform import DEFAULT_PLATFORM, get_platform
 from sim.train import reference_train, tables_digest
@@ -71,6 +74,9 @@ POLL = 64
 #: request and for the response (M2S Req + S2M DRS for a read, M2S RwD + S2M NDR for a
 #: write; one 16-byte slot of a 68-byte flit each).
 LINK_BYTES_PER_LINE = 64 + 2 * 16
+#: Samples of the held-out set (``SyntheticClicks.held_out``) the loss after every batch
+#: is measured on.
+HELDOUT_SAMPLES = 512
 #: The byte the engine driver poisons output buffers with (a test aid, not GPU traffic).
 _POISON = 0xA5
 
@@ -182,6 +188,11 @@ class Trainer:
         self.tables = []
         self.golden: dict[int, list[np.ndarray]] = {}
         self.losses: dict[int, float] = {}
+        # The held-out loss after each batch (0: before training), of the GPU's MLP and
+        # the tables as the golden model has them (equal to the device's, checked at
+        # the end): docs/training.md, "Held-out loss".
+        self.heldout = clicks.held_out(HELDOUT_SAMPLES)
+        self.heldout_losses: dict[int, float] = {}
         self.executions: list[dict] = []
         self.current: dict | None = None       # the execution in progress
         self.issued = self.completed = 0
@@ -198,6 +209,7 @@ class Trainer:
             self.tables.append(await drv.add_table(data))
         self.mark = drv.heap.next
         self.golden[0] = [t.data for t in self.tables]
+        self._evaluate(0)
         if self.mode == "trainingcxl":
             await tb.csr.write("CK_MLP_K", self.k)
             res = await drv.recover()
@@ -291,11 +303,16 @@ class Trainer:
         self._finish(b)
 
     def _finish(self, b: int) -> None:
-        """Batch ``b`` completed: its execution record and progress line."""
+        """Batch ``b`` completed: its execution record, held-out loss and progress line."""
         self.completed = b
         rec = self._end()
-        self.tb.log.info("batch %d: loss %.4f, %d cycles %s", b, rec["loss"], rec["cycles"],
-                         rec["phases"])
+        self._evaluate(b)
+        self.tb.log.info("batch %d: loss %.4f, held-out %.4f, %d cycles %s", b, rec["loss"],
+                         self.heldout_losses[b], rec["cycles"], rec["phases"])
+
+    def _evaluate(self, b: int) -> None:
+        self.heldout_losses[b] = evaluate(self.model, [t.data for t in self.tables],
+                                          self.heldout, partials=self.cfg.reduce_partials)
 
     async def _engine_updates(self, b: int, batch, grads) -> None:
         """An UPDATE descriptor per table with the GPU's per-bag gradients (queued; the
@@ -623,6 +640,8 @@ async def train_dlrm(dut):
         "mlp_bytes": len(tr.params0), "log_slots": tr.log_slots,
         "total_cycles": total, "batches": counted, "executions": tr.executions,
         "losses": {str(b): v for b, v in sorted(tr.losses.items())},
+        "heldout_samples": HELDOUT_SAMPLES,
+        "heldout_losses": {str(b): v for b, v in sorted(tr.heldout_losses.items())},
         "tables_digest": tables_digest([t.data for t in tr.tables]),
         "reference_check": check, "device_counters_after_last_reset": counters,
         "pmem": tb.pmem.stats.summary(), "descriptors_checked": tr.drv.checked,

@@ -322,6 +322,23 @@ def test_click_batches(name, seed):
         data.batch(-1)
 
 
+def test_held_out_set(seed):
+    """The held-out samples: deterministic, ``samples`` of them, drawn like a batch, and
+    not any training batch's."""
+    w = get_workload("default")
+    data = SyntheticClicks(w, seed)
+    held = data.held_out(300)
+    again = SyntheticClicks(w, seed).held_out(300)
+    assert np.array_equal(held.dense, again.dense) and np.array_equal(held.labels, again.labels)
+    assert held.dense.shape == (300, w.dense_features) and held.labels.shape == (300,)
+    for t, (idx, off) in enumerate(held.sparse):
+        assert off.shape == (300,) and off[0] == 0 and idx.max() < w.table_rows[t]
+    for i in range(50):
+        assert not np.isin(data.batch(i).dense[:, 0], held.dense[:, 0]).any()
+    with pytest.raises(ValueError, match="samples must be positive, not 0"):
+        data.held_out(0)
+
+
 @pytest.mark.parametrize("pooling_max", [8, 4])
 def test_poisson_bag_sizes(seed, pooling_max):
     """``1 + Poisson(pooling_mean - 1)`` clipped to ``pooling_max``: 4,000 bags."""

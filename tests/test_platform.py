@@ -101,3 +101,24 @@ GOOD = dataclasses.asdict(get_platform("paper-like"))
 def test_validation_names_the_bad_value(change, message):
     with pytest.raises(ValueError, match=f"^{message}$"):
         Platform(**{**GOOD, **change})
+
+
+def test_derived_platform():
+    """``<name>:<field>=<value>,...`` changes fields of a named platform, nothing else."""
+    base = get_platform("paper-like")
+    p = get_platform("paper-like:pmem_channels=2,link_bytes_per_s=16e9")
+    assert p.name == "paper-like:pmem_channels=2,link_bytes_per_s=16e9"
+    assert p.pmem_channels == 2 and isinstance(p.pmem_channels, int)
+    assert p.link_bytes_per_s == 16e9
+    assert dataclasses.replace(p, name=base.name, pmem_channels=4,
+                               link_bytes_per_s=base.link_bytes_per_s) == base
+    for spec, message in (
+            ("paper-like:nope=1", "is not <field>=<value>"),
+            ("paper-like:name=x", "is not <field>=<value>"),
+            ("paper-like:pmem_channels", "is not <field>=<value>"),
+            ("paper-like:pmem_channels=two", "pmem_channels must be a number, not 'two'"),
+            ("paper-like:pmem_channels=2.5", "pmem_channels must be an integer"),
+            ("paper-like:pmem_write_bytes_per_s=1e12", "is not a persistent medium"),
+            ("nope:pmem_channels=2", "platform 'nope' not found")):
+        with pytest.raises(ValueError, match=message):
+            get_platform(spec)
