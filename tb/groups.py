@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["GROUP_ATTR", "cocotb_tests", "group", "groups"]
+__all__ = ["GROUP_ATTR", "NOISE_PARAMS", "cocotb_tests", "group", "groups", "noisiest"]
 
 #: The attribute :func:`group` sets on the test's coroutine function.
 GROUP_ATTR = "cocotb_group"
@@ -65,3 +65,18 @@ def groups(module: str) -> dict[str, list[str]]:
         if tag is not None:
             out.setdefault(tag, []).extend(names)
     return out
+
+
+#: The boolean parameters of the benches' variants that add random idle cycles or
+#: backpressure (``tb/test_device.py``, ``tb/test_engine.py``: ``idle`` and
+#: ``backpressure``; ``tb/test_coherence.py``: ``noise``).
+NOISE_PARAMS = ("idle", "backpressure", "noise")
+
+
+def noisiest(names: list[str]) -> list[str]:
+    """The variants of ``names`` (full cocotb names) with every noise parameter on: a
+    test without noise parameters stays, a parametrised one keeps the variants whose
+    :data:`NOISE_PARAMS` are all ``True`` (its other parameters, all of their values).
+    The second simulator runs these (``tests/test_*_cocotb.py``)."""
+    off = tuple(f"/{p}=False" for p in NOISE_PARAMS)
+    return [n for n in names if not any(f"{o}/" in f"{n}/" for o in off)]

@@ -73,3 +73,22 @@ def test_coherence_variants_are_the_noisy_ones() -> None:
             noisy = [n for n in names if "noise=False" not in n]
             assert some[g] == noisy, (sim, config, g)
             assert {n.split("/", 1)[0] for n in noisy} == {n.split("/", 1)[0] for n in names}
+
+
+def test_noisiest_keeps_every_test_with_all_noise_on() -> None:
+    names = ["t_plain", "t_r/idle=False/backpressure=False", "t_r/idle=False/backpressure=True",
+             "t_r/idle=True/backpressure=False", "t_r/idle=True/backpressure=True",
+             "t_h/idle=True/backpressure=True/slow=reads",
+             "t_h/idle=True/backpressure=True/slow=writes",
+             "t_h/idle=False/backpressure=True/slow=reads",
+             "t_c/noise=False/bias=host", "t_c/noise=True/bias=host", "t_c/noise=True",
+             "t_c/noise=False"]
+    assert groups.noisiest(names) == [
+        "t_plain", "t_r/idle=True/backpressure=True",
+        "t_h/idle=True/backpressure=True/slow=reads",
+        "t_h/idle=True/backpressure=True/slow=writes",
+        "t_c/noise=True/bias=host", "t_c/noise=True"]
+    # Every test function of the benches keeps at least one variant.
+    for module in TAGGED:
+        for name, (_, variants) in groups.cocotb_tests(f"tb.{module}").items():
+            assert groups.noisiest(variants), f"tb/{module}.py: {name} has no variant left"

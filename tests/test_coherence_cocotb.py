@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from tb.groups import groups
+from tb.groups import groups, noisiest
 
 from .conftest import run_cocotb_group, sim_configs
 
@@ -35,8 +35,7 @@ def variants(sim: str, config: str) -> dict[str, list[str]]:
     ``small``; the noisy ones only on Icarus and on the default device (a 16 K-cycle
     bias-table sweep per test)."""
     noisy_only = sim == "icarus" or config == "default"
-    return {g: [n for n in names if not (noisy_only and "/noise=False" in n)]
-            for g, names in GROUPS.items()}
+    return {g: noisiest(names) if noisy_only else names for g, names in GROUPS.items()}
 
 
 @pytest.mark.slow
