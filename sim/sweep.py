@@ -57,7 +57,9 @@ class Axis:
 
 
 def _mlp_scaled(scale: float) -> dict:
-    w = get_workload(PRESET)
+    """The preset's MLPs with every hidden width times ``scale`` (the bottom MLP's last
+    layer stays ``dim``)."""
+    w = _REF_WORKLOAD
     return {"bottom_mlp": (*(max(1, round(n * scale)) for n in w.bottom_mlp[:-1]),
                            w.bottom_mlp[-1]),
             "top_mlp": tuple(max(1, round(n * scale)) for n in w.top_mlp)}
@@ -93,6 +95,7 @@ AXES: dict[str, Axis] = {
         "MLP checkpoint interval K", (1, 2, 4), _REF_WORKLOAD.mlp_ckpt_every,
         workload=lambda v: {"mlp_ckpt_every": v}),
 }
+
 #: The two-axis slices the sweep runs.
 GRIDS: tuple[tuple[str, str], ...] = (
     ("link_gbps", "pooling"),

@@ -183,9 +183,10 @@ class Workload:
 
 
 def parse_override(text: str) -> tuple[str, object]:
-    """``"field=value"`` as ``(field, value)`` for :meth:`Workload.with_overrides`; the
-    value is a Python literal (``lr=0.2``, ``table_rows=(65536,) * 4`` is not one, write
-    ``table_rows=(65536, 65536, 65536, 65536)``). ValueError names what is wrong."""
+    """``"field=value"`` as ``(field, value)`` for :meth:`Workload.with_overrides`. The
+    value is a Python literal: ``lr=0.2``, ``table_rows=(65536, 65536, 65536, 65536)``
+    (an expression such as ``(65536,) * 4`` is not one). ValueError names what is
+    wrong."""
     import ast
     from dataclasses import fields
 
