@@ -12,6 +12,9 @@ Everything here follows that page, not the RTL:
   IEEE-754 binary32 with round-to-nearest-even and gradual underflow.
 * :func:`pool_f64` and :func:`pool_error_bound`: a float64 reference and a proven
   absolute error bound that :func:`pool` is checked against.
+* :func:`update_coalesced` and :func:`stochastic_bf16`: the coalesced UPDATE the
+  data-path redesign implements (one fp32 sum and one rounding per distinct row; the
+  RTL still follows :func:`update`).
 * :func:`coalesce_stats` and :func:`random_bags`: benchmark statistics and workloads.
 
 NaNs: numpy keeps NaN payloads and signs where the device returns its canonical NaN
@@ -41,6 +44,7 @@ __all__ = [
     "BF16",
     "FP32",
     "LINE_BYTES",
+    "ROUNDINGS",
     "CoalesceStats",
     "bags",
     "canonical_nans",
@@ -52,8 +56,10 @@ __all__ = [
     "pool_f64",
     "power_law_rows",
     "random_bags",
+    "stochastic_bf16",
     "unpack_rows",
     "update",
+    "update_coalesced",
     "validate",
 ]
 
@@ -446,6 +452,74 @@ def update(table: np.ndarray, indices: IntArray, offsets: IntArray, grads: np.nd
                 step = g[b] if batch.weights is None else batch.weights[k] * g[b]
                 i = batch.indices[k]
                 new[i] = canonical_nans((new[i].astype(np.float32) + step).astype(new.dtype))
+    return new
+
+
+#: ``rounding`` values of :func:`update_coalesced`.
+ROUNDINGS = ("nearest", "stochastic")
+
+
+def _mix32(h: np.ndarray) -> np.ndarray:
+    """The MurmurHash3 32-bit finalizer on uint32 arrays (``docs/embedding.md``)."""
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+
+
+def stochastic_bf16(values: np.ndarray, row: int, seed: int) -> np.ndarray:
+    """fp32 ``values`` (one row's elements) rounded to bf16 stochastically as the
+    coalesced UPDATE contract says: element ``e`` becomes the upper 16 bits of
+    ``u + (h & 0xFFFF)``, ``u`` its bit pattern and ``h = mix32(seed ^ mix32(row *
+    0x9E3779B9 + e))``; NaNs become the canonical NaN."""
+    x = np.asarray(values, np.float32)
+    e = np.arange(x.size, dtype=np.uint32)
+    with np.errstate(over="ignore"):
+        key = np.uint32(row * 0x9E3779B9 & 0xFFFFFFFF) + e
+        h = _mix32(np.uint32(seed & 0xFFFFFFFF) ^ _mix32(key))
+        u = x.view(np.uint32) + (h & np.uint32(0xFFFF))
+    out = (u >> np.uint32(16)).astype(np.uint16).view(BF16)
+    return canonical_nans(np.where(np.isnan(x), x.astype(BF16), out))
+
+
+def update_coalesced(table: np.ndarray, indices: IntArray, offsets: IntArray,
+                     grads: np.ndarray, *, weights: Sequence[float] | np.ndarray | None = None,
+                     padding_idx: int | None = None, include_last_offset: bool = False,
+                     rounding: str = "nearest", seed: int = 0) -> np.ndarray:
+    """The table after a coalesced UPDATE (``docs/embedding.md``, "Coalesced update";
+    not yet the RTL's contract). For each distinct counted row ``r``: the fp32 sum
+    ``S_r`` of its contributions ``fl32(w_k * g_b(k))``, the first one, then each later
+    one added in index order; then ``row[r] = store(fl32(widen(row[r]) + S_r))``, one
+    rounding per row. ``store`` rounds bf16 to nearest even, or with ``rounding=
+    "stochastic"`` by :func:`stochastic_bf16` with ``seed``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`update`; an unknown ``rounding``; stochastic rounding of an fp32 table.
+    """
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding must be one of {', '.join(ROUNDINGS)}, not {rounding!r}")
+    batch = _batch(table, indices, offsets, weights, padding_idx, include_last_offset)
+    new = batch.table.copy()
+    if rounding == "stochastic" and new.dtype != BF16:
+        raise ValueError(f"stochastic rounding needs a bf16 table, not {new.dtype}")
+    g = np.asarray(grads)
+    if g.dtype != FP32 or g.shape != (len(batch.positions), new.shape[1]):
+        raise ValueError(f"grads must be float32 of shape {(len(batch.positions), new.shape[1])}"
+                         f", not {g.dtype} {g.shape}")
+    sums: dict[int, np.ndarray] = {}
+    with np.errstate(all="ignore"):
+        for b, pos in enumerate(batch.positions):
+            for k in pos.tolist():
+                c = g[b] if batch.weights is None else batch.weights[k] * g[b]
+                r = int(batch.indices[k])
+                sums[r] = c.copy() if r not in sums else sums[r] + c
+        for r, total in sums.items():
+            x = new[r].astype(np.float32) + total
+            new[r] = (stochastic_bf16(x, r, seed) if rounding == "stochastic"
+                      else canonical_nans(x.astype(new.dtype)))
     return new
 
 
