@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from .platform import DEFAULT_PLATFORM, Platform, get_platform
 from .workloads import get_workload
 
@@ -222,7 +224,6 @@ def plot(result: dict, prefix: str) -> list[str]:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        import numpy as np
     except ImportError:
         return []
 

@@ -163,10 +163,9 @@ def render_mode(name: str, run: dict, s: dict) -> str:
                + ", ".join(f"{k.removesuffix('_j')} {v * 1e3:.3f}" for k, v in e.items()
                            if k not in ("total_j", "seconds")))
     out.append(f"   loss: {_loss_line(run['losses'])}")
-    held = run["heldout_losses"]
     out.append(f"   held-out loss ({run['heldout_samples']} samples) before training "
-               f"{held['0']:.4f}, after batch {max(map(int, held))} "
-               f"{held[str(max(map(int, held)))]:.4f}")
+               f"{s['heldout_loss_before']:.4f}, after batch "
+               f"{max(map(int, run['heldout_losses']))} {s['heldout_loss_after']:.4f}")
     if run.get("crash"):
         c = run["crash"]
         out.append(f"   crash at +{c['at']} cycles during batch {c['in_batch']}: committed "

@@ -268,19 +268,12 @@ class Trainer:
 
     # --- TrainingCXL ---------------------------------------------------------------------
     async def tcxl_batch(self, b: int) -> None:
-        drv, tb = self.drv, self.tb
+        drv = self.drv
         batch = self.data[b - 1]
-        drv.heap.release(self.mark)
-        self._begin(b)
-        t = tb.loop.cycle
-        pooled = await self._engine_lookup(b, batch, capture=True)
-        t = self._phase("lookup", t)
-        n_idx = sum(len(idx) for idx, _ in batch.sparse)
+        pooled, n_idx = await self._start_batch(b, batch, capture=True)
         distinct = sum(len(np.unique(idx)) for idx, _ in batch.sparse)
-        # Engine arithmetic: one fp32 add per element and counted index in LOOKUP and
-        # in UPDATE; SRAM: each gathered line in and out of the reorder buffer, each
-        # update in and out of the row cache, each undo line in and out of the FIFO.
-        self.current["device_fp_adds"] += 2 * n_idx * self.w.dim
+        # SRAM: each gathered line in and out of the reorder buffer, each update in and
+        # out of the row cache, each undo line in and out of the FIFO.
         self.current["device_sram_lines"] += 2 * (2 * n_idx * self.lpr
                                                   + distinct * (1 + self.lpr))
 
@@ -301,6 +294,20 @@ class Trainer:
         await drv.wait(poll=POLL, timeout=5_000_000)
         self._phase("update", t)
         self._finish(b)
+
+    async def _start_batch(self, b: int, batch, *, capture: bool) -> tuple[list, int]:
+        """Batch ``b`` begins in an engine mode: its execution record and its LOOKUPs
+        (``capture``: undo capture on), timed as the lookup phase, and the engine's fp32
+        adds (one per element and counted index in LOOKUP and in UPDATE). Returns the
+        pooled vectors and the number of counted indices."""
+        self.drv.heap.release(self.mark)
+        self._begin(b)
+        t = self.tb.loop.cycle
+        pooled = await self._engine_lookup(b, batch, capture=capture)
+        self._phase("lookup", t)
+        n_idx = sum(len(idx) for idx, _ in batch.sparse)
+        self.current["device_fp_adds"] += 2 * n_idx * self.w.dim
+        return pooled, n_idx
 
     def _finish(self, b: int) -> None:
         """Batch ``b`` completed: its execution record, held-out loss and progress line."""
@@ -508,13 +515,7 @@ class Trainer:
         word and every K batches the MLP copy, each waited for."""
         drv, tb = self.drv, self.tb
         batch = self.data[b - 1]
-        drv.heap.release(self.mark)
-        self._begin(b)
-        t = tb.loop.cycle
-        pooled = await self._engine_lookup(b, batch, capture=False)
-        t = self._phase("lookup", t)
-        n_idx = sum(len(idx) for idx, _ in batch.sparse)
-        self.current["device_fp_adds"] += 2 * n_idx * self.w.dim
+        pooled, n_idx = await self._start_batch(b, batch, capture=False)
         self.current["device_sram_lines"] += 2 * (2 * n_idx * self.lpr)
         grads = await self.gpu_step(b, pooled)
         t = tb.loop.cycle
