@@ -122,8 +122,10 @@ def _run(*, enable: bool, seed: int, n: int = 300, idle: float = 0.3, bp: float 
                 out["chk"].append((cycle, p))
                 pending.append(cycle + 1 + rng.randrange(max_delay))
             paired = False
+            entered = False         # a message enters at this cycle's edge
             for name, (port, _codec, queue) in src.items():
                 if ctx.get(port.valid) and ctx.get(port.ready):
+                    entered = True
                     m = queue.popleft()
                     offered[name] = False
                     if enable and _checked(name, m):
@@ -140,7 +142,7 @@ def _run(*, enable: bool, seed: int, n: int = 300, idle: float = 0.3, bp: float 
             if answer and ctx.get(dut.i_chk.ready):
                 pending.popleft()
                 out["answered"].append(cycle)
-            if not src["req"][2] and not src["rwd"][2] and not pending \
+            if not src["req"][2] and not src["rwd"][2] and not pending and not entered \
                     and not ctx.get(dut.o_busy):
                 break
             await ctx.tick()

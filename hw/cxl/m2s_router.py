@@ -90,7 +90,7 @@ class M2sRouter(wiring.Component):
         device memory) the router decodes exactly as the endpoint does
         (:func:`~hw.cxl.mem_endpoint.hdm_decode`).
     o_busy : ``Out(1)``
-        A message or a check is in the router.
+        A message or a check is in the router (from the cycle after its handshake).
     """
 
     def __init__(self, *, pmem_lines: int):
@@ -217,8 +217,10 @@ class M2sRouter(wiring.Component):
                     fifo.r_en.eq(go & dst.ready),
                 ]
 
-        busy = order.r_rdy
+        # ``level``, not ``r_rdy``: a buffered FIFO holds a new item one cycle before its
+        # output register shows it.
+        busy = order.level.any()
         for _, _, _, fifo, _, _, answered, _, _ in channels:
-            busy = busy | fifo.r_rdy | answered.any()
+            busy = busy | fifo.level.any() | answered.any()
         m.d.comb += self.o_busy.eq(busy)
         return m
