@@ -77,8 +77,13 @@ class DeviceConfig:
     engine_max_dim:
         Largest embedding ``dim`` the engine takes (multiple of 16, 16 to 1024); sizes
         the pooling accumulators and the update's row cache lines.
-    update_cache_rows:
-        Rows the UPDATE coalescing cache holds (power of two, 2 to 256).
+    update_acc_rows, update_acc_lines:
+        The UPDATE's on-chip gradient accumulator (``docs/embedding.md``, "Update"): its
+        entries (distinct rows; power of two, 2 to 4096) and the fp32 sum lines they
+        share, a row taking one per gradient line (power of two, ``engine_max_dim /
+        16`` to 65536). An UPDATE with more indices than ``update_acc_rows``, or more
+        indices times gradient lines per row than ``update_acc_lines``, completes
+        UNSUPPORTED.
     engine_sequencers:
         Bag sequencers of the engine (1 to 4): that many LOOKUP / UPDATE descriptors
         have their checks and index reads in flight at once (``docs/embedding.md``,
@@ -124,7 +129,8 @@ class DeviceConfig:
     reduce_partials: int = 4
     gather_rob_lines: int = 256
     engine_max_dim: int = 256
-    update_cache_rows: int = 32
+    update_acc_rows: int = 4096
+    update_acc_lines: int = 16384
     ckpt_filter_rows: int = 256
     ckpt_fifo_lines: int = 64
     mlp_relax_k: int = 4
@@ -191,9 +197,13 @@ class DeviceConfig:
                 f"ckpt_fifo_lines must be between 2 and 4096, not {self.ckpt_fifo_lines}")
         if not 0 <= self.mlp_relax_k <= 0xFFFF:
             raise ValueError(f"mlp_relax_k must be between 0 and 65535, not {self.mlp_relax_k}")
-        if not is_pow2(self.update_cache_rows) or not 2 <= self.update_cache_rows <= 256:
-            raise ValueError("update_cache_rows must be a power of two between 2 and 256, "
-                             f"not {self.update_cache_rows}")
+        if not is_pow2(self.update_acc_rows) or not 2 <= self.update_acc_rows <= 4096:
+            raise ValueError("update_acc_rows must be a power of two between 2 and 4096, "
+                             f"not {self.update_acc_rows}")
+        if (not is_pow2(self.update_acc_lines)
+                or not self.engine_max_dim // 16 <= self.update_acc_lines <= 65536):
+            raise ValueError("update_acc_lines must be a power of two between engine_max_dim / 16 "
+                             f"and 65536, not {self.update_acc_lines}")
         # The engine owns its manager list (imported here: the engine imports this module).
         from .engine.engine import Engine
         seq_bits = (self.engine_sequencers - 1).bit_length()

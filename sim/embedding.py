@@ -6,15 +6,14 @@ Everything here follows that page, not the RTL:
   of tables, pooled outputs and gradients in device memory.
 * :func:`validate`: the status of a LOOKUP / UPDATE descriptor, every check in the
   page's order.
-* :func:`bags`, :func:`pool`, :func:`update`: PyTorch ``EmbeddingBag`` semantics with
+* :func:`bags`, :func:`pool`: PyTorch ``EmbeddingBag`` semantics with
   the page's fixed accumulation order (``P`` partial sums / maxima per element, combined
   left to right), bit exact: each fp32 operation is one numpy float32 operation, so
   IEEE-754 binary32 with round-to-nearest-even and gradual underflow.
 * :func:`pool_f64` and :func:`pool_error_bound`: a float64 reference and a proven
   absolute error bound that :func:`pool` is checked against.
-* :func:`update_coalesced` and :func:`stochastic_bf16`: the coalesced UPDATE the
-  data-path redesign implements (one fp32 sum and one rounding per distinct row; the
-  RTL still follows :func:`update`).
+* :func:`update` and :func:`stochastic_bf16`: the coalesced UPDATE (one fp32 sum and
+  one rounding per distinct row, the semantics of a fused sparse optimizer).
 * :func:`coalesce_stats` and :func:`random_bags`: benchmark statistics and workloads.
 
 NaNs: numpy keeps NaN payloads and signs where the device returns its canonical NaN
@@ -59,7 +58,6 @@ __all__ = [
     "stochastic_bf16",
     "unpack_rows",
     "update",
-    "update_coalesced",
     "validate",
 ]
 
@@ -425,37 +423,7 @@ def pool_error_bound(table: np.ndarray, indices: IntArray, offsets: IntArray, *,
 
 # --- Scatter (UPDATE) ----------------------------------------------------------------
 
-def update(table: np.ndarray, indices: IntArray, offsets: IntArray, grads: np.ndarray, *,
-           weights: Sequence[float] | np.ndarray | None = None,
-           padding_idx: int | None = None, include_last_offset: bool = False) -> np.ndarray:
-    """The table after an UPDATE (a new array; ``table`` is not modified).
-
-    For every bag ``b`` in order and every counted index ``k`` of it in index order:
-    ``row[idx_k] = store(fl32(widen(row[idx_k]) + fl32(w_k * g_b)))``, where the multiply
-    is skipped without weights and ``store`` rounds to bf16 (RNE) for bf16 tables after
-    **every** update. ``grads`` is ``num_bags x dim`` fp32.
-
-    Raises
-    ------
-    ValueError
-        Bad offsets, a counted index outside the table, a gradient of the wrong shape.
-    """
-    batch = _batch(table, indices, offsets, weights, padding_idx, include_last_offset)
-    new = batch.table.copy()
-    g = np.asarray(grads)
-    if g.dtype != FP32 or g.shape != (len(batch.positions), new.shape[1]):
-        raise ValueError(f"grads must be float32 of shape {(len(batch.positions), new.shape[1])}"
-                         f", not {g.dtype} {g.shape}")
-    with np.errstate(all="ignore"):
-        for b, pos in enumerate(batch.positions):
-            for k in pos.tolist():
-                step = g[b] if batch.weights is None else batch.weights[k] * g[b]
-                i = batch.indices[k]
-                new[i] = canonical_nans((new[i].astype(np.float32) + step).astype(new.dtype))
-    return new
-
-
-#: ``rounding`` values of :func:`update_coalesced`.
+#: ``rounding`` values of :func:`update`.
 ROUNDINGS = ("nearest", "stochastic")
 
 
@@ -483,13 +451,13 @@ def stochastic_bf16(values: np.ndarray, row: int, seed: int) -> np.ndarray:
     return canonical_nans(np.where(np.isnan(x), x.astype(BF16), out))
 
 
-def update_coalesced(table: np.ndarray, indices: IntArray, offsets: IntArray,
-                     grads: np.ndarray, *, weights: Sequence[float] | np.ndarray | None = None,
-                     padding_idx: int | None = None, include_last_offset: bool = False,
-                     rounding: str = "nearest", seed: int = 0) -> np.ndarray:
-    """The table after a coalesced UPDATE (``docs/embedding.md``, "Coalesced update";
-    not yet the RTL's contract). For each distinct counted row ``r``: the fp32 sum
-    ``S_r`` of its contributions ``fl32(w_k * g_b(k))``, the first one, then each later
+def update(table: np.ndarray, indices: IntArray, offsets: IntArray, grads: np.ndarray, *,
+           weights: Sequence[float] | np.ndarray | None = None,
+           padding_idx: int | None = None, include_last_offset: bool = False,
+           rounding: str = "nearest", seed: int = 0) -> np.ndarray:
+    """The table after an UPDATE (a new array; ``table`` is not modified;
+    ``docs/embedding.md``, "Coalesced update"). For each distinct counted row ``r``: the
+    fp32 sum ``S_r`` of its contributions ``fl32(w_k * g_b(k))``, the first one, then each later
     one added in index order; then ``row[r] = store(fl32(widen(row[r]) + S_r))``, one
     rounding per row. ``store`` rounds bf16 to nearest even, or with ``rounding=
     "stochastic"`` by :func:`stochastic_bf16` with ``seed``.
@@ -497,7 +465,9 @@ def update_coalesced(table: np.ndarray, indices: IntArray, offsets: IntArray,
     Raises
     ------
     ValueError
-        As :func:`update`; an unknown ``rounding``; stochastic rounding of an fp32 table.
+        Bad offsets, a counted index outside the table, a gradient of the wrong shape
+        (``num_bags x dim`` fp32); an unknown ``rounding``; stochastic rounding of an
+        fp32 table.
     """
     if rounding not in ROUNDINGS:
         raise ValueError(f"rounding must be one of {', '.join(ROUNDINGS)}, not {rounding!r}")
@@ -551,7 +521,8 @@ def _field(value) -> int:
 
 
 def validate(desc: Mapping[str, int], *, indices: IntArray, offsets: IntArray,
-             pmem_size: int, max_dim: int = MAX_DIM) -> Status:
+             pmem_size: int, max_dim: int = MAX_DIM,
+             update_acc: tuple[int, int] | None = None) -> Status:
     """The status the engine completes a descriptor with (``docs/embedding.md``).
 
     ``desc`` holds descriptor fields by name (as :func:`hw.engine.descriptor.
@@ -559,7 +530,11 @@ def validate(desc: Mapping[str, int], *, indices: IntArray, offsets: IntArray,
     are the contents of its buffers (at least ``num_indices`` and
     ``num_bags + include_last_offset`` entries, read only if the descriptor's own fields
     pass); ``pmem_size`` is the device memory size in bytes and ``max_dim`` the device's
-    largest ``dim`` (``CAP_ENGINE_MAX_DIM``; a larger one is UNSUPPORTED).
+    largest ``dim`` (``CAP_ENGINE_MAX_DIM``; a larger one is UNSUPPORTED);
+    ``update_acc`` the UPDATE accumulator's rows and lines (``CAP_UPDATE_ACC_ROWS``,
+    ``CAP_UPDATE_ACC_LINES``): an UPDATE with more indices than the rows, or more
+    indices times gradient lines per row than the lines, is UNSUPPORTED (None: no
+    limit).
 
     Checks, the first failing one is reported: ``kind``; MLP_CHECKPOINT is UNSUPPORTED
     here, which is its status with checkpointing off (with it on, its checks need the
@@ -587,7 +562,12 @@ def validate(desc: Mapping[str, int], *, indices: IntArray, offsets: IntArray,
     if (f["rsvd_flag"] or mode not in {m.value for m in PoolMode}
             or not 1 <= f["dim"] <= min(max_dim, MAX_DIM)
             or (weighted and mode != PoolMode.SUM.value)
-            or (kind is DescKind.UPDATE and mode == PoolMode.MAX.value)):
+            or (kind is DescKind.UPDATE and mode == PoolMode.MAX.value)
+            or (kind is DescKind.UPDATE and update_acc is not None
+                and (f["num_indices"] > update_acc[0]
+                     or f["num_indices"] * (2 * lines_per_row(f["dim"], BF16) if f["bf16"]
+                                            else lines_per_row(f["dim"], FP32))
+                     > update_acc[1]))):
         return Status.UNSUPPORTED
 
     table_dtype = BF16 if f["bf16"] else FP32

@@ -48,15 +48,16 @@ def standalone_blocks() -> dict:
     from hw.cxl.dcoh import Dcoh
     from hw.cxl.dcoh_gate import DcohGate
     from hw.engine.bag_sequencer import BagSequencer
+    from hw.engine.coalesced_update import CoalescedUpdate
     from hw.engine.pool_reduce import PoolReduce
     from hw.engine.row_gather import RowGather
-    from hw.engine.scatter_update import ScatterUpdate
 
     blocks = dict(UNITS)
     blocks["pool_reduce"] = PoolReduce
     blocks["row_gather"] = lambda: RowGather(addr_width=30, id_width=8)
     blocks["bag_sequencer"] = lambda: BagSequencer(addr_width=30, id_width=8)
-    blocks["scatter_update"] = lambda: ScatterUpdate(addr_width=30, id_width=8)
+    blocks["coalesced_update"] = lambda: CoalescedUpdate(addr_width=30, id_width=8,
+                                                         acc_rows=1024, max_items=16)
     blocks["cxl_cache_agent"] = CacheAgent
     blocks["dcoh"] = lambda: Dcoh(cqid_base=2048)
     blocks["dcoh_gate"] = lambda: DcohGate(addr_width=30, id_width=8)

@@ -112,7 +112,7 @@ async def bench_update(dut):
     lpr = emb.lines_per_row(dim, FP32)
     _write({
         "pooling": pooling, "batch": batch, "dim": dim, "table_rows": rows, "zipf_alpha": alpha,
-        "cache_rows": tb.config.update_cache_rows,
+        "acc_rows": tb.config.update_acc_rows,
         "updates": rec["updates"], "rows_written": rec["rows_written"],
         "distinct_rows": ideal.distinct_rows,
         "write_saving": round(1 - rec["rows_written"] / rec["updates"], 4),

@@ -29,8 +29,7 @@ from hw.engine.descriptor import DescKind, PoolMode, Status, pack_descriptor
 from sim import embedding as emb
 from sim.embedding import BF16, LINE_BYTES
 
-__all__ = ["Batch", "DeviceHeap", "EngineDriver", "Expect", "Table", "direct_mapped_misses",
-           "random_table"]
+__all__ = ["Batch", "DeviceHeap", "EngineDriver", "Expect", "Table", "random_table"]
 
 _RECORD = Codec(RECORD)
 
@@ -96,19 +95,6 @@ def random_table(rng: np.random.Generator, rows: int, dim: int, dtype, *,
         table[(pick >= 0.02) & (pick < 0.022)] = np.inf
         table[(pick >= 0.022) & (pick < 0.023)] = np.nan
     return table.astype(dtype)
-
-
-def direct_mapped_misses(rows: list[int], cache_rows: int) -> int:
-    """Row fetches (hence write-backs) of UPDATE's direct-mapped row cache, which starts
-    empty for every descriptor: row ``r`` lives in slot ``r mod cache_rows``."""
-    tags: dict[int, int] = {}
-    misses = 0
-    for r in rows:
-        slot = r % cache_rows
-        if tags.get(slot) != r:
-            tags[slot] = r
-            misses += 1
-    return misses
 
 
 @dataclass
@@ -312,10 +298,14 @@ class EngineDriver:
                           table_after=table.data if table is not None else None)
         if batch is not None:
             status = emb.validate(norm, indices=batch.indices, offsets=batch.offsets,
-                                  pmem_size=self.cfg.pmem_size, max_dim=self.cfg.engine_max_dim)
+                                  pmem_size=self.cfg.pmem_size, max_dim=self.cfg.engine_max_dim,
+                                  update_acc=(self.cfg.update_acc_rows,
+                                              self.cfg.update_acc_lines))
         else:
             status = emb.validate(norm, indices=[], offsets=[], pmem_size=self.cfg.pmem_size,
-                                  max_dim=self.cfg.engine_max_dim)
+                                  max_dim=self.cfg.engine_max_dim,
+                                  update_acc=(self.cfg.update_acc_rows,
+                                              self.cfg.update_acc_lines))
         exp = Expect(seq=self.tail, fields=norm, status=status, kind=kind & 0xFF, table=table,
                      table_after=table.data if table is not None else None)
         if status is not Status.OK or batch is None:
@@ -338,7 +328,7 @@ class EngineDriver:
             exp.wrote_table = True
             counted = batch.counted_rows()
             exp.updates = len(counted)
-            exp.rows_written = direct_mapped_misses(counted, self.cfg.update_cache_rows)
+            exp.rows_written = len(set(counted))
         return exp
 
     def _checkpoint_status(self, kind: int, f: dict) -> Status | None:

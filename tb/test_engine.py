@@ -350,6 +350,23 @@ async def test_bad_descriptors(dut):
         g = rng.standard_normal((batch.num_bags, dim)).astype(np.float32)
         for exp in (await drv.lookup(table, batch), await drv.update(table, batch, g)):
             assert exp.status in (Status.BAD_OFFSETS, Status.INDEX_RANGE), exp.status
+    # The UPDATE accumulator's limits: as many distinct rows as it has entries (one-line
+    # rows) or as fill its lines (rows of the largest dim), OK; one index more is
+    # UNSUPPORTED for an UPDATE (a LOOKUP may have it).
+    cfg = tb.config
+    widest = emb.lines_per_row(cfg.engine_max_dim, FP32)
+    limits = [(16, cfg.update_acc_rows)]
+    if cfg.update_acc_lines // widest < cfg.update_acc_rows:    # the lines bind first
+        limits.append((cfg.engine_max_dim, cfg.update_acc_lines // widest))
+    for d, limit in limits:
+        wide = await drv.add_table(rng=rng, data=random_table(rng, limit, d, FP32))
+        for n, status in ((limit, Status.OK), (limit + 1, Status.UNSUPPORTED)):
+            idx = np.resize(rng.permutation(limit).astype(np.int32), n)
+            batch = Batch(idx, np.array([0, n // 2], np.int32))
+            g = rng.standard_normal((2, d)).astype(np.float32)
+            exp = await drv.update(wide, batch, g)
+            assert exp.status is status, (d, n, exp.status)
+            assert (await drv.lookup(wide, batch)).status is Status.OK
     await drv.run()
     err = await tb.csr.read("ENG_ERR")
     assert err & 1, f"ENG_ERR {err:#x}: DESC_ERROR not set"

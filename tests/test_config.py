@@ -47,7 +47,9 @@ HDM_MSG = "hdm_size must be a 4 KiB multiple no larger than pmem_size (107374182
     ({"gather_rob_lines": 48}, "gather_rob_lines must be a power of two between 16 and 4096"),
     ({"engine_max_dim": 40}, "engine_max_dim must be a multiple of 16 between 16 and 1024"),
     ({"engine_max_dim": 2048}, "engine_max_dim must be a multiple of 16 between 16 and 1024"),
-    ({"update_cache_rows": 1}, "update_cache_rows must be a power of two between 2 and 256"),
+    ({"update_acc_rows": 1}, "update_acc_rows must be a power of two between 2 and 4096"),
+    ({"update_acc_lines": 8}, "update_acc_lines must be a power of two between engine_max_dim"),
+    ({"update_acc_lines": 3 << 10}, "update_acc_lines must be a power of two between"),
     ({"ckpt_filter_rows": 3}, "ckpt_filter_rows must be a power of two between 2 and 4096"),
     ({"ckpt_fifo_lines": 1}, "ckpt_fifo_lines must be between 2 and 4096, not 1"),
     ({"mlp_relax_k": -1}, "mlp_relax_k must be between 0 and 65535, not -1"),
@@ -90,7 +92,8 @@ def test_derived_values():
     assert list(config.params()) == [
         "line_bits", "pmem_size", "hdm_base", "hdm_size", "max_tags", "axi_id_width",
         "hazard_buckets", "csr_addr_width", "engine_lanes", "reduce_partials",
-        "gather_rob_lines", "engine_max_dim", "update_cache_rows", "ckpt_filter_rows",
+        "gather_rob_lines", "engine_max_dim", "update_acc_rows", "update_acc_lines",
+        "ckpt_filter_rows",
         "ckpt_fifo_lines", "mlp_relax_k", "page_bytes", "dcoh_cqids", "cache_cqids",
         "cache_write_cqids", "engine_sequencers", "meta_state"]
     assert config.dcoh_pages == 16

@@ -551,13 +551,21 @@ def test_bound_exact_cases():
 # --- Update ----------------------------------------------------------------------------
 
 def naive_update(table, bag_rows, bag_w, grads):
-    new = table.copy()
+    """The coalesced contract element by element: per distinct row the first
+    contribution, then each later one added in index order, then one add and one
+    rounding into the row."""
+    sums = {}
     with np.errstate(all="ignore"):
         for b, (rows, ws) in enumerate(zip(bag_rows, bag_w, strict=True)):
             for k, r in enumerate(rows):
-                for e in range(table.shape[1]):
-                    g = grads[b, e] if ws is None else F32(F32(ws[k]) * grads[b, e])
-                    new[r, e] = np.asarray(F32(F32(new[r, e]) + g)).astype(table.dtype)
+                c = [grads[b, e] if ws is None else F32(F32(ws[k]) * grads[b, e])
+                     for e in range(table.shape[1])]
+                sums[r] = c if r not in sums else [F32(a + x)
+                                                   for a, x in zip(sums[r], c, strict=True)]
+        new = table.copy()
+        for r, s in sums.items():
+            for e in range(table.shape[1]):
+                new[r, e] = np.asarray(F32(F32(table[r, e]) + s[e])).astype(table.dtype)
     return new
 
 
@@ -583,29 +591,32 @@ def test_update_matches_naive_loop(dtype, weighted, seed):
     assert same(got[3], table[3])                     # the padding row is untouched
 
 
-def test_update_bf16_rounds_after_every_update():
+def test_update_bf16_rounds_once_per_row():
     table = np.array([[1.0]], np.float32).astype(BF16)
     grads = np.full((3, 1), 2.0 ** -9, np.float32)    # a quarter bf16 ulp of 1.0
     got = emb.update(table, [0, 0, 0], [0, 1, 2], grads)
-    assert float(got[0, 0]) == 1.0                    # each add rounds back to 1.0
-    # Rounding once at the end would give 1 + 3 * 2^-9 -> 1 + 2^-7.
-    once = (F32(1.0) + F32(3 * 2.0 ** -9)).astype(BF16)
-    assert float(once) == 1 + 2.0 ** -7
+    # The sum 3 * 2^-9 is added once: 1 + 3 * 2^-9 rounds to 1 + 2^-7 (rounding after
+    # every contribution would have kept 1.0).
+    assert float(got[0, 0]) == 1 + 2.0 ** -7
 
 
-def test_update_order_and_no_presummed_coalescing():
-    # fp32: 1 + 2^-24 is a tie that rounds to 1, twice; pre-summing the two gradients
-    # of the repeated row would give 1 + 2^-23.
+def test_update_sums_contributions_first_in_index_order():
+    # fp32: the two gradients of the repeated row are summed (2^-23) before the add;
+    # adding each to the row would round 1 + 2^-24 back to 1 twice.
     table = column([1.0, 5.0])
     grads = np.full((2, 1), U, np.float32)
     got = emb.update(table, [0, 0], [0, 1], grads)
-    assert float(got[0, 0]) == 1.0 and float(got[1, 0]) == 5.0
+    assert float(got[0, 0]) == 1 + 2.0 ** -23 and float(got[1, 0]) == 5.0
     got = emb.update(table, [0, 0], [0], grads[:1])   # repeated within a bag: same
-    assert float(got[0, 0]) == 1.0
-    # Bags in order: +2^24, -2^24, +1.
+    assert float(got[0, 0]) == 1 + 2.0 ** -23
+    # Bags in order: +2^24, -2^24, +1 sum to exactly 1, then 1 + 1 = 2 (applying each
+    # to the row would give 1: 1 + 2^24 rounds to 2^24).
     grads = np.array([[2.0 ** 24], [-(2.0 ** 24)], [1.0]], np.float32)
     got = emb.update(column([1.0]), [0, 0, 0], [0, 1, 2], grads)
-    # 1 + 2^24 rounds to 2^24 (tie to even), - 2^24 = 0, + 1 = 1; exactly it would be 2.
+    assert float(got[0, 0]) == 2.0
+    # The sum is in index order: 1 + 2^24 - 2^24 = 0 (the tie rounds 2^24 + 1 to 2^24).
+    grads = np.array([[1.0], [2.0 ** 24], [-(2.0 ** 24)]], np.float32)
+    got = emb.update(column([1.0]), [0, 0, 0], [0, 1, 2], grads)
     assert float(got[0, 0]) == 1.0
 
 

@@ -17,7 +17,7 @@ from .done_queue import DoneQueue
 from .line_writer import COUNT_BITS, LineWriter
 from .pool_reduce import POOLED
 from .pooled_mask import PooledMask
-from .scatter_update import DONE
+from .update_layouts import DONE
 
 __all__ = ["INFO", "RECORD", "Completion"]
 

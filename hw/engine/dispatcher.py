@@ -28,7 +28,8 @@ class Dispatcher(wiring.Component):
 
     **Checks.** An unknown ``kind`` (BAD_KIND); then the checkpoint checks of ``ckpt``
     (:class:`~.ckpt_control.CheckpointControl`); then a LOOKUP or UPDATE with ``dim``
-    above ``max_dim`` (UNSUPPORTED). A LOOKUP or UPDATE that passes *executes*: it goes
+    above ``max_dim``, or an UPDATE beyond the accumulator ``update_acc``
+    (UNSUPPORTED). A LOOKUP or UPDATE that passes *executes*: it goes
     out on ``o_exec``; every other descriptor completes without the sequencers.
 
     **Order.** The head descriptor is dispatched (taken from ``i_desc``, its ``INFO``
@@ -52,6 +53,10 @@ class Dispatcher(wiring.Component):
     ----------
     max_dim : int
         Largest ``dim`` executed, 1..MAX_DIM.
+    update_acc : (int, int) or None
+        The UPDATE accumulator's rows and lines: an UPDATE may have at most ``rows``
+        indices and at most ``lines`` indices times gradient lines per row (``dim / 16``
+        rounded up; bf16 twice ``dim / 32`` rounded up); None: no limit.
     queue : int
         Depth of the completion queue (descriptors dispatched and not yet taken by the
         completion), at least 2.
@@ -71,12 +76,16 @@ class Dispatcher(wiring.Component):
         A COMMIT or FENCE is outstanding.
     """
 
-    def __init__(self, *, max_dim: int, queue: int):
+    def __init__(self, *, max_dim: int, queue: int,
+                 update_acc: tuple[int, int] | None = None):
         if not 1 <= max_dim <= MAX_DIM:
             raise ValueError(f"max_dim must be in 1..{MAX_DIM}, not {max_dim}")
         if queue < 2:
             raise ValueError(f"queue must be at least 2, not {queue}")
+        if update_acc is not None and min(update_acc) < 1:
+            raise ValueError(f"update_acc must be positive, not {update_acc}")
         self._max_dim = max_dim
+        self._update_acc = update_acc
         self._queue = queue
         super().__init__({
             "i_desc": In(stream.Signature(FETCHED)),
@@ -112,6 +121,12 @@ class Dispatcher(wiring.Component):
             m.d.comb += pre.eq(ck.pre)
         with m.Elif((d.dim > self._max_dim) & (is_lookup | is_update)):
             m.d.comb += pre.eq(Status.UNSUPPORTED)
+        if self._update_acc is not None:
+            rows, lines = self._update_acc
+            # Gradient lines per row: an fp32 row's lines, twice a bf16 row's.
+            glines = Mux(d.bf16, ((d.dim + 31) >> 5) << 1, (d.dim + 15) >> 4)
+            with m.Elif(is_update & ((d.num_indices > rows) | (d.num_indices * glines > lines))):
+                m.d.comb += pre.eq(Status.UNSUPPORTED)
         executes = (is_lookup | is_update) & (pre == Status.OK)
 
         lookups_out = Signal(8)         # LOOKUPs among the outstanding descriptors

@@ -18,6 +18,7 @@ from ..cxl.cache_agent import RD_REQ, RD_RSP, WR_REQ, WR_RSP
 from ..cxl.messages import LINE_ADDR_BITS, LINE_BITS
 from .bag_sequencer import STATUS
 from .ckpt_control import CheckpointControl
+from .coalesced_update import CoalescedUpdate
 from .completion import Completion
 from .desc_fetch import RING_ORDER_MAX, DescFetch
 from .dispatcher import Dispatcher
@@ -25,7 +26,6 @@ from .grad_feed import GradFeed
 from .pool_reduce import PoolReduce
 from .row_fork import RowFork
 from .row_gather import RowGather
-from .scatter_update import ScatterUpdate
 from .sequencer_pool import SequencerPool
 
 __all__ = ["Engine"]
@@ -195,7 +195,9 @@ class Engine(wiring.Component):
         max_lines = cfg.engine_max_lines
 
         m.submodules.fetch = fetch = DescFetch(addr_width=aw, id_width=id_width)
-        m.submodules.dispatch = dispatch = Dispatcher(max_dim=cfg.engine_max_dim, queue=_QUEUE)
+        m.submodules.dispatch = dispatch = Dispatcher(
+            max_dim=cfg.engine_max_dim, queue=_QUEUE,
+            update_acc=(cfg.update_acc_rows, cfg.update_acc_lines))
         m.submodules.sequencers = seqs = SequencerPool(
             addr_width=aw, id_width=id_width, sequencers=cfg.engine_sequencers)
         m.submodules.gather = gather = RowGather(
@@ -205,9 +207,10 @@ class Engine(wiring.Component):
             lanes=cfg.engine_lanes, partials=cfg.reduce_partials, max_lines_per_row=max_lines)
         m.submodules.grad = grad = GradFeed(addr_width=aw, id_width=id_width,
                                             max_glines=max_lines)
-        m.submodules.scatter = scatter = ScatterUpdate(
-            addr_width=aw, id_width=id_width, cache_rows=cfg.update_cache_rows,
-            max_lines_per_row=max_lines)
+        m.submodules.scatter = scatter = CoalescedUpdate(
+            addr_width=aw, id_width=id_width, acc_rows=cfg.update_acc_rows,
+            max_items=max_lines, acc_lines=cfg.update_acc_lines,
+            apply_lines=cfg.gather_rob_lines)
         m.submodules.completion = comp = Completion(addr_width=aw, id_width=id_width)
         m.submodules.status_q = status_q = SyncFIFOBuffered(width=STATUS.size, depth=_QUEUE)
         m.submodules.logger = logger = UndoLogger(
@@ -287,8 +290,8 @@ class Engine(wiring.Component):
         wiring.connect(m, fork.o_gather, gather.i_rows)
         m.d.comb += fork.i_finish.eq(comp.upd_finish)
 
-        # --- the gather's lines: pooled (LOOKUP) or scattered (UPDATE)
-        self._route_lines(m, gather.o_lines, pool=pool.i_lines, scatter=scatter.i_lines)
+        # --- the gather's lines (a LOOKUP's: an UPDATE's rows never reach it) are pooled
+        wiring.connect(m, gather.o_lines, pool.i_lines)
         wiring.connect(m, pool.o_pooled, comp.i_pooled)
         self._control_update(m, seqs, fork, grad=grad, scatter=scatter)
         wiring.connect(m, grad.o_items, scatter.i_items)
@@ -319,19 +322,6 @@ class Engine(wiring.Component):
         for i, name in enumerate(_MANAGERS):
             wiring.connect(m, ports[name], getattr(arbiter, f"m{i}"))
         wiring.connect(m, arbiter.sub, wiring.flipped(self.pmem))
-
-    @staticmethod
-    def _route_lines(m: Module, lines, *, pool, scatter) -> None:
-        """Each of the gather's ``lines`` to the pool (a LOOKUP's) or, its data only,
-        to the scatter (an UPDATE's: ``update`` set)."""
-        route_update = lines.p.update
-        m.d.comb += [
-            pool.payload.eq(lines.payload),
-            pool.valid.eq(lines.valid & ~route_update),
-            scatter.payload.data.eq(lines.payload.data),
-            scatter.valid.eq(lines.valid & route_update),
-            lines.ready.eq(Mux(route_update, scatter.ready, pool.ready)),
-        ]
 
     @staticmethod
     def _control_update(m: Module, seqs, fork, *, grad, scatter) -> None:
@@ -376,8 +366,7 @@ class Engine(wiring.Component):
             self.err_pmem.eq((axi.rvalid & axi.rready & axi.rresp.any())
                              | (axi.bvalid & axi.bready & axi.bresp.any())),
             self.ev_desc_done.eq(comp.complete),
-            self.ev_line_gathered.eq(lines.valid & lines.ready & ~lines.payload.empty_bag
-                                     & ~lines.payload.update),
+            self.ev_line_gathered.eq(lines.valid & lines.ready & ~lines.payload.empty_bag),
             self.ev_bag_pooled.eq(comp.bag_written),
             self.ev_upd_line_written.eq(scatter.pmem.awvalid & scatter.pmem.awready),
             self.ev_upd_item.eq(grad.o_items.valid & grad.o_items.ready

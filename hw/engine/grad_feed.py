@@ -1,5 +1,5 @@
 """UPDATE's feeder: turns the counted rows of the bags into the gradient items
-:class:`~.scatter_update.ScatterUpdate` applies, reading each bag's gradient once."""
+:class:`~.coalesced_update.CoalescedUpdate` applies, reading each bag's gradient once."""
 
 from amaranth.hdl import C, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -10,7 +10,7 @@ from hw.bus.axi import AXI4Signature, AxiBurst
 from hw.config import LINE_BITS
 
 from .row_gather import ROW
-from .scatter_update import ITEM
+from .update_layouts import ITEM
 
 __all__ = ["GradFeed"]
 
@@ -20,7 +20,7 @@ _LINE_SHIFT = 6
 
 
 class GradFeed(wiring.Component):
-    """Feeds :class:`~.scatter_update.ScatterUpdate` the items of one UPDATE.
+    """Feeds :class:`~.coalesced_update.CoalescedUpdate` the items of one UPDATE.
 
     The bags arrive as the ``ROW`` stream of :class:`~.bag_sequencer.BagSequencer`
     (counted rows in index order, a lone item per empty bag). Bag ``b``'s fp32
@@ -31,16 +31,17 @@ class GradFeed(wiring.Component):
     (single-beat reads, AXI ID 0, in order, as many in flight as the ring has room).
     Every counted row of a bag then becomes ``items`` items ``line = 0 .. items - 1``
     carrying gradient line ``line`` (zero past ``glines``: the bf16 padding of
-    :class:`~.scatter_update.ScatterUpdate`) and the row's weight; a bag's lines leave
+    :class:`~.coalesced_update.CoalescedUpdate`) and the row's weight; a bag's lines leave
     the ring after its last row, an empty bag's once they have arrived. After
     ``finish`` (the UPDATE's last row has been handed over) and the last row's items,
     no read is issued, and once every read has returned one ``nop`` + ``last`` item
-    ends the descriptor, so ScatterUpdate flushes its cache and reports.
+    ends the descriptor, so the update applies its sums and reports.
 
-    Rate: two cycles per item (the ring read, then the item register). The first bag
-    waits one PMEM read latency (as its row's read does); later bags find their lines
-    read ahead as long as the ring covers the read latency (``ring_lines`` lines per
-    latency). ScatterUpdate accepts an item a cycle on a hit, faster than this feed.
+    Rate: one item per cycle through the rows of a bag (the ring is read a cycle ahead
+    of each item); a bag's first row adds two cycles (taking the row, then the ring
+    read). The first bag waits one PMEM read latency; later bags find their lines read
+    ahead as long as the ring covers the read latency (``ring_lines`` lines per
+    latency).
 
     Members
     -------
@@ -130,7 +131,6 @@ class GradFeed(wiring.Component):
             wr.addr.eq(rcv[:rb]),
             wr.data.eq(axi.rdata),
             wr.en.eq(axi.rvalid.replicate(LINE_BITS // 8)),
-            rd.addr.eq((cons + j)[:rb]),
         ]
         with m.If(ar & axi.arready):
             m.d.sync += [req.eq(req + 1),
@@ -154,37 +154,51 @@ class GradFeed(wiring.Component):
         def release_bag(m):
             m.d.sync += cons.eq(cons + self.glines)
 
+        # The ring read is presented one cycle before its item leaves: ``rd.addr`` is the
+        # line of the item the next cycle shows.
+        read_at = Signal(rb + 1)
+        m.d.comb += rd.addr.eq(read_at[:rb])
+
         with m.FSM(init="IDLE") as fsm:
             with m.State("IDLE"):
-                m.d.comb += rows.ready.eq(1)
+                m.d.comb += [rows.ready.eq(1), read_at.eq(cons)]
                 with m.If(rows.valid):
                     m.d.sync += [row.eq(rows.p), j.eq(0), pf_on.eq(1)]
                     with m.If(rows.p.empty_bag | ~rows.p.row_k.any()):
                         m.next = "LOAD"
                     with m.Else():
-                        m.next = "EMIT_RD"
+                        # A later row of the bag whose lines are in the ring: line 0
+                        # is being read.
+                        m.next = "EMIT"
                 with m.Elif(fin):
                     m.next = "FINISH"
             # Once the bag's lines are in the ring (glines <= max_glines < 2**rb: its
             # low rb + 1 bits are all of it); an empty bag only releases them.
-            with m.State("LOAD"), m.If(held >= self.glines[:rb + 1]):
-                with m.If(row.empty_bag):
-                    release_bag(m)
-                    m.next = "IDLE"
-                with m.Else():
-                    m.next = "EMIT_RD"
-            with m.State("EMIT_RD"):     # the ring read
-                m.next = "EMIT_OUT"
-            with m.State("EMIT_OUT"):    # the item register
-                m.d.comb += out.valid.eq(1)
-                with m.If(out.ready):
-                    with m.If((j + 1)[:9] == self.items):
-                        with m.If(row.last_row):
-                            release_bag(m)
+            with m.State("LOAD"):
+                m.d.comb += read_at.eq(cons)
+                with m.If(held >= self.glines[:rb + 1]):
+                    with m.If(row.empty_bag):
+                        release_bag(m)
                         m.next = "IDLE"
                     with m.Else():
+                        m.next = "EMIT"
+            with m.State("EMIT"):
+                # ``rd.data`` is line ``j``; one item per cycle while ``out.ready``.
+                m.d.comb += [out.valid.eq(1), read_at.eq(cons + j)]
+                with m.If(out.ready):
+                    with m.If((j + 1)[:9] == self.items):
+                        # A next row of the same bag (not its first) goes on at once.
+                        same_bag = rows.valid & ~rows.p.empty_bag & rows.p.row_k.any()
+                        with m.If(same_bag):
+                            m.d.comb += [rows.ready.eq(1), read_at.eq(cons)]
+                            m.d.sync += [row.eq(rows.p), j.eq(0)]
+                        with m.Else():
+                            with m.If(row.last_row):
+                                release_bag(m)
+                            m.next = "IDLE"
+                    with m.Else():
+                        m.d.comb += read_at.eq(cons + j + 1)
                         m.d.sync += j.eq(j + 1)
-                        m.next = "EMIT_RD"
             with m.State("FINISH"):
                 # Every read issued has returned: nothing is left to land in the ring
                 # of the next UPDATE.

@@ -16,21 +16,18 @@ __all__ = ["RowFork"]
 
 
 class RowFork(wiring.Component):
-    """Passes every row of a LOOKUP to ``o_gather``; every row of an UPDATE to
-    ``o_grad`` and, unless it stands for an empty bag, to ``o_gather`` as well (the
-    gather reads the rows ahead into the update's cache).
+    """Passes every row of a LOOKUP to ``o_gather`` and every row of an UPDATE to
+    ``o_grad`` (an UPDATE reads its rows itself, once per distinct row, after it has
+    summed their gradients: :class:`~.coalesced_update.CoalescedUpdate`).
 
-    **Flow.** Each output takes an item once: an UPDATE's row leaves ``i_rows`` when
-    both sides have taken it, in the same cycle or in different ones. ``o_grad`` is
-    the output of a FIFO of ``grad_rows`` rows, so the gather may read up to that many
-    rows ahead of the gradient feed rather than the one the fork holds. The feed learns
+    **Flow.** ``o_grad`` is the output of a FIFO of ``grad_rows`` rows. The feed learns
     that an UPDATE's rows are over from ``finish``, a one-cycle pulse once, after
     ``i_finish`` (the UPDATE's status has passed, so its last row has too), the FIFO is
     empty.
 
     **Latency, throughput, backpressure.** ``o_gather`` is combinational from
     ``i_rows``; ``o_grad`` follows two cycles after a row enters the FIFO. One row per
-    cycle while both sides are ready. ``o_gather.valid`` and the FIFO's write enable
+    cycle while the chosen side is ready. ``o_gather.valid`` and the FIFO's write enable
     do not wait for ``ready``.
 
     Parameters
@@ -71,23 +68,13 @@ class RowFork(wiring.Component):
         wiring.connect(m, fifo.r_stream, wiring.flipped(self.o_grad))
         rows, gather = self.i_rows, self.o_gather
         update = rows.p.update
-        took_g = Signal()
-        took_f = Signal()
-        skip_g = update & rows.p.row.empty_bag
-        g_ok = took_g | skip_g | gather.ready
-        f_ok = took_f | fifo.w_rdy
         m.d.comb += [
             gather.payload.eq(rows.payload),
-            gather.valid.eq(rows.valid & ~took_g & ~skip_g),
+            gather.valid.eq(rows.valid & ~update),
             fifo.w_data.eq(rows.p.row),
-            fifo.w_en.eq(rows.valid & update & ~took_f),
-            rows.ready.eq(Mux(update, g_ok & f_ok, gather.ready)),
+            fifo.w_en.eq(rows.valid & update),
+            rows.ready.eq(Mux(update, fifo.w_rdy, gather.ready)),
         ]
-        with m.If(rows.valid & update):
-            with m.If(g_ok & f_ok):
-                m.d.sync += [took_g.eq(0), took_f.eq(0)]
-            with m.Else():
-                m.d.sync += [took_g.eq(g_ok), took_f.eq(f_ok)]
 
         ending = Signal()               # the UPDATE's rows are over
         with m.If(self.i_finish):

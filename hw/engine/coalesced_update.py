@@ -1,0 +1,529 @@
+"""UPDATE with every duplicate coalesced before a row is touched: gradient
+contributions summed per distinct row on chip, then one read, one add, one rounding and
+one write per distinct row (``docs/embedding.md``, "Coalesced update").
+
+See :class:`CoalescedUpdate`.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import C, Cat, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.arith import Fp32ToBf16, FpAdd, FpMul
+from hw.bus.axi import AXI4Signature, AxiBurst
+from hw.widths import check_int, check_pow2
+
+from .update_layouts import DONE, ITEM, LINE_BITS, LINE_ELEMS, ctrl_layout
+
+__all__ = ["DONE", "ITEM", "CoalescedUpdate", "ctrl_layout", "slot_hash"]
+
+_SIZE_LINE = 6              # AXI ``size`` of a 64-byte beat
+_ONE = 0x3F80_0000          # fp32 1.0: the weight of an unweighted update (exact)
+_NEG_ZERO = 0x8000_0000     # -0.0 + x == x for every x (NaN: a NaN), so a fresh sum
+                            # starts as its first contribution
+_MUL_STAGES = 3             # FpMul latency
+_ADD_STAGES = 3             # FpAdd latency
+#: Accumulation positions: issue 0, the product and the sum's read at 3, the sum
+#: written at the end of 6.
+_ACC_READ = _MUL_STAGES - 1                     # the read address is presented here
+_ACC_WRITE = _MUL_STAGES + _ADD_STAGES          # the sum is written here
+#: Apply positions: unit issued (acc read) 0, add 1, sum 4, bf16 rounding 5.
+_APPLY_DEPTH = 1 + _ADD_STAGES + 1
+#: Lines the write queue holds.
+_WQ_DEPTH = 16
+
+
+def slot_hash(row: int, slot_bits: int) -> int:
+    """The home slot of ``row`` in a table of ``2**slot_bits`` slots (the RTL's hash,
+    for tests and docs): the row's 32 bits folded by XOR into ``slot_bits`` bits."""
+    h, r = 0, row & 0xFFFF_FFFF
+    while r:
+        h ^= r & ((1 << slot_bits) - 1)
+        r >>= slot_bits
+    return h
+
+
+def _hash(row, slot_bits: int):
+    """:func:`slot_hash` in logic."""
+    parts = [row[k:k + slot_bits] for k in range(0, 32, slot_bits)]
+    h = parts[0]
+    for part in parts[1:]:
+        h = h ^ part
+    return h[:slot_bits]
+
+
+class CoalescedUpdate(wiring.Component):
+    """Applies an UPDATE's gradient items to its table in PMEM, one read, one add, one
+    rounding and one write per distinct row.
+
+    **Contract** (``docs/embedding.md``, "Coalesced update"; golden model
+    ``sim.embedding.update`` with ``rounding="nearest"``): for each distinct
+    row ``r`` of a descriptor, ``S_r`` is its first contribution, then the fp32 sum
+    (``fl32`` after every add) of its further contributions in item order, where a
+    contribution is ``fl32(weight * grad)`` when ``weighted`` and ``grad`` otherwise;
+    then ``row_r = store(fl32(widen(row_r) + S_r))``, ``store`` the identity for fp32
+    and round-to-nearest-even to bf16. Elements at or past ``dim`` keep their bits;
+    NaN results are the canonical quiet NaN (``docs/numerics.md``).
+
+    **Items** arrive as for the block this replaces: for every counted index in index
+    order, items ``line = 0 .. n - 1`` (``n`` = ``lines_per_row``, twice that for bf16),
+    item ``line`` carrying gradient elements ``16 * line .. 16 * line + 15``; for bf16
+    item ``2j + h`` belongs to half ``h`` of table line ``j``. A ``last`` item ends the
+    descriptor (with ``nop`` it updates nothing); a ``nop`` item without ``last`` is
+    ignored.
+
+    **Accumulation.** Items pass a staging register. A line-0 item's row is looked up
+    in a hash table of ``2 * acc_rows`` slots (home slot :func:`slot_hash`, read as the
+    item enters the stage, so the lookup overlaps the previous item's issue; linear
+    probing, one more cycle per slot past the home slot; a slot holds ``{valid, row,
+    entry}``). A row not found takes the next free entry (entries are allocated in
+    first-occurrence order), so the table is never more than half full and a probe
+    always ends; a new row also takes the next ``n`` lines of an ``acc_lines``-line
+    fp32 memory, into which the items of the index then accumulate: the multiply (weight 1.0
+    when not ``weighted``, which is exact) over 3 cycles, the sum read at 3, added over
+    3 (a fresh entry adds its first contribution to -0.0, which returns it unchanged),
+    written at 6 (the read is transparent to that write). An item waits in the stage
+    while an item 1 to 3 cycles ahead of it has the same sum line (it would read that
+    line before the earlier sum is written). No row is read during accumulation.
+
+    **Overflow.** A new row beyond ``acc_rows`` entries or ``acc_lines`` lines sets
+    ``overflow``; its items and those of later new rows are dropped, and at ``last`` no
+    row is written (``o_done.overflow`` set, ``rows_written`` 0). The engine keeps an
+    UPDATE's indices at or below ``acc_rows`` and their lines (``n`` each) at or below
+    ``acc_lines`` (``docs/embedding.md``), so it never overflows there.
+
+    **Apply** (after ``last`` and the accumulation's drain): the entries are walked in
+    order (two cycles per row; each entry's slot is cleared on the way, so the next
+    descriptor starts with an empty table); every line of a row is read with a
+    single-beat burst (AXI ID 0, so beats return in order), as many in flight as
+    ``apply_lines``; each returning line is added to its sums (16 lanes; a bf16 line as
+    two halves in two cycles), rounded (bf16) and written back with a single-beat
+    burst, every byte strobed (padding elements keep the bits read). ``o_done`` (a
+    register, held until taken) follows once every B has arrived. AXI error responses
+    are not checked.
+
+    **Throughput.** Accumulation takes one item per cycle, plus one cycle per probe past
+    a row's home slot and the waits above; apply one line per cycle (fp32; a bf16 line
+    in two, one per half) while reads, writes and the write queue keep up, and at least
+    two cycles per row (the entry walk).
+
+    **Reset.** The slot table is cleared for ``2 * acc_rows`` cycles
+    (``i_items.ready`` low); a descriptor in progress is dropped.
+
+    Parameters
+    ----------
+    addr_width : int
+        PMEM byte-address width, 12 to 64.
+    id_width : int
+        AXI ID width, 1 to 16 (the block uses ID 0).
+    acc_rows : int
+        Distinct rows per descriptor (entries), a power of two from 2 to 4096.
+    max_items : int
+        Largest items per counted index (gradient lines per row), 1 to 64.
+    acc_lines : int or None
+        fp32 sum lines the entries share, a power of two from ``max_items`` to 65536;
+        None: ``acc_rows * 2**ceil(log2 max_items)``.
+    apply_lines : int
+        Row lines read ahead during apply, a power of two from 4 to 1024.
+
+    Members
+    -------
+    i_ctrl : ``In(ctrl_layout(addr_width))``
+        Sampled with every ``i_items`` transfer (apply uses the copy taken with ``last``).
+    i_items : ``In(stream.Signature(ITEM))``
+    pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
+    o_done : ``Out(stream.Signature(DONE))``
+        ``rows_written`` (distinct rows), ``updates`` (counted indices), ``overflow``.
+    busy : ``Out(1)``
+        A descriptor is in progress (an item taken, ``o_done`` not yet taken).
+
+    Raises
+    ------
+    ValueError
+        A parameter out of range, naming it and its value.
+    """
+
+    def __init__(self, *, addr_width: int, id_width: int, acc_rows: int, max_items: int,
+                 acc_lines: int | None = None, apply_lines: int = 32):
+        self._addr_width = check_int("addr_width", addr_width, 12, 64)
+        self._id_width = check_int("id_width", id_width, 1, 16)
+        self._acc_rows = check_pow2("acc_rows", acc_rows, 2, 4096)
+        self._max_items = check_int("max_items", max_items, 1, 64)
+        if acc_lines is None:
+            acc_lines = acc_rows << (max_items - 1).bit_length()
+        self._acc_lines = check_pow2("acc_lines", acc_lines, max(2, self._max_items), 1 << 16)
+        self._apply_lines = check_pow2("apply_lines", apply_lines, 4, 1024)
+        super().__init__({
+            "i_ctrl": In(ctrl_layout(addr_width)),
+            "i_items": In(stream.Signature(ITEM)),
+            "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
+                                      id_width=id_width)),
+            "o_done": Out(stream.Signature(DONE)),
+            "busy": Out(1),
+        })
+
+    addr_width = property(lambda self: self._addr_width)
+    id_width = property(lambda self: self._id_width)
+    acc_rows = property(lambda self: self._acc_rows)
+    max_items = property(lambda self: self._max_items)
+    acc_lines = property(lambda self: self._acc_lines)
+    apply_lines = property(lambda self: self._apply_lines)
+
+    def elaborate(self, platform):
+        m = Module()
+        aw = self._addr_width
+        entry_bits = (self._acc_rows - 1).bit_length()
+        slot_bits = entry_bits + 1
+        acc_bits = (self._acc_lines - 1).bit_length()
+        # A slot: its row and the row's first sum line (its entry's lines follow).
+        slot_layout = data.StructLayout({"valid": 1, "row": 32, "base": acc_bits})
+        entry_layout = data.StructLayout({"row": 32, "slot": slot_bits, "base": acc_bits})
+
+        m.submodules.slots = slots = Memory(shape=slot_layout, depth=2 * self._acc_rows,
+                                            init=[])
+        slot_w = slots.write_port()
+        slot_r = slots.read_port(transparent_for=(slot_w,))
+        m.submodules.entries = entries = Memory(shape=entry_layout, depth=self._acc_rows,
+                                                init=[])
+        entry_w = entries.write_port()
+        entry_r = entries.read_port(transparent_for=(entry_w,))
+        m.submodules.sums = sums = Memory(shape=LINE_BITS, depth=self._acc_lines, init=[])
+        sum_w = sums.write_port()
+        sum_r = sums.read_port(transparent_for=(sum_w,))
+
+        items, axi = self.i_items, self.pmem
+        # The staged item (``item``): taken from ``i_items`` into a register while the
+        # home slot of its row is read, so the lookup of a line-0 item overlaps the
+        # previous item's issue.
+        item = Signal(ITEM)
+        staged = Signal()
+        take = Signal()                             # ``i_items`` transfers now
+        m.d.comb += take.eq(items.valid & items.ready)
+        ctrl = Signal(ctrl_layout(aw))              # the copy taken with the staged item
+        count = Signal(entry_bits + 1)              # entries allocated (distinct rows)
+        updates = Signal(32)                        # counted indices
+        overflow = Signal()
+        lines_used = Signal(acc_bits + 1)           # sum lines allocated
+        items_per_row = Signal(8)                   # of the staged item's descriptor
+        m.d.comb += items_per_row.eq(Mux(ctrl.bf16, ctrl.lines_per_row << 1,
+                                         ctrl.lines_per_row))
+        entry = Signal(acc_bits)                    # the first sum line of the index passing
+        fresh = Signal()                            # ... its first occurrence
+        drop = Signal()                             # ... dropped (overflow)
+        probe = Signal(slot_bits)                   # the slot being read
+        with m.If(take):
+            m.d.sync += [ctrl.eq(self.i_ctrl), item.eq(items.p)]
+
+        # --- accumulation pipeline: positions 1 .. _ACC_WRITE after issue
+        acc_meta = data.StructLayout({"addr": acc_bits})
+        valid = [None] + [Signal(name=f"a{k}_valid") for k in range(1, _ACC_WRITE + 1)]
+        meta = [None] + [Signal(acc_meta, name=f"a{k}_meta") for k in range(1, _ACC_WRITE + 1)]
+        fresh_at = [None] + [Signal(name=f"a{k}_fresh") for k in range(1, _ACC_WRITE + 1)]
+        issue = Signal()
+        issue_entry = Signal(acc_bits)              # the index's first sum line
+        issue_fresh = Signal()
+        issue_addr = Signal(acc_bits)
+        m.d.comb += issue_addr.eq(issue_entry + item.line)
+        m.d.sync += [valid[1].eq(issue), meta[1].addr.eq(issue_addr), fresh_at[1].eq(issue_fresh)]
+        for k in range(1, _ACC_WRITE):
+            m.d.sync += [valid[k + 1].eq(valid[k]), meta[k + 1].eq(meta[k]),
+                         fresh_at[k + 1].eq(fresh_at[k])]
+        hazard = Signal()
+        m.d.comb += hazard.eq(Cat(*(valid[k] & (meta[k].addr == issue_addr)
+                                    for k in range(1, _ACC_WRITE - _ACC_READ))).any())
+        acc_busy = Signal()
+        m.d.comb += acc_busy.eq(Cat(*valid[1:]).any())
+
+        muls = [FpMul(stages=_MUL_STAGES) for _ in range(LINE_ELEMS)]
+        adds = [FpAdd(stages=_ADD_STAGES) for _ in range(LINE_ELEMS)]
+        for e in range(LINE_ELEMS):
+            m.submodules[f"mul{e}"] = muls[e]
+            m.submodules[f"acc{e}"] = adds[e]
+            lane = slice(32 * e, 32 * e + 32)
+            m.d.comb += [
+                muls[e].i_operands.valid.eq(issue),
+                muls[e].i_operands.p.a.eq(Mux(ctrl.weighted, item.weight, C(_ONE, 32))),
+                muls[e].i_operands.p.b.eq(item.grad[lane]),
+                muls[e].o_result.ready.eq(1),
+                adds[e].i_operands.valid.eq(valid[_MUL_STAGES]),
+                adds[e].i_operands.p.a.eq(Mux(fresh_at[_MUL_STAGES], C(_NEG_ZERO, 32),
+                                              sum_r.data[lane])),
+                adds[e].i_operands.p.b.eq(muls[e].o_result.payload),
+                adds[e].o_result.ready.eq(1),
+            ]
+        m.d.comb += [
+            sum_w.addr.eq(meta[_ACC_WRITE].addr),
+            sum_w.data.eq(Cat(*(u.o_result.payload for u in adds))),
+            sum_w.en.eq(valid[_ACC_WRITE]),
+        ]
+
+        # --- apply: entries walked into a row queue, lines read, summed, written
+        row_q_layout = data.StructLayout({"base": aw, "entry": acc_bits})
+        m.submodules.row_q = row_q = SyncFIFOBuffered(width=row_q_layout.size, depth=4)
+        line_layout = data.StructLayout({"addr": aw, "entry": acc_bits, "line": 7})
+        m.submodules.line_q = line_q = SyncFIFOBuffered(width=line_layout.size,
+                                                        depth=self._apply_lines)
+        m.submodules.r_q = r_q = SyncFIFOBuffered(width=LINE_BITS, depth=self._apply_lines)
+        wq_layout = data.StructLayout({"addr": aw, "data": LINE_BITS})
+        m.submodules.w_q = w_q = SyncFIFOBuffered(width=wq_layout.size, depth=_WQ_DEPTH)
+
+        walk = Signal(entry_bits + 1)               # the entry the walk reads
+        walk_data = Signal()                        # entry_r.data is ``walk``'s
+        walking = Signal()
+        row_base = Signal(aw)
+        m.d.comb += row_base.eq(ctrl.table_base
+                                + ((entry_r.data.row * ctrl.lines_per_row)[:aw] << 6)[:aw])
+
+        # --- the control
+        ar_line = Signal(7)
+        owed = Signal(range(2 * _WQ_DEPTH + self._apply_lines + 2))  # AWs without a B
+        aw_taken = axi.awvalid & axi.awready
+        b_taken = axi.bvalid & axi.bready
+        m.d.sync += owed.eq(owed + aw_taken - b_taken)
+        apply_busy = Signal()
+        applying = Signal()
+        m.d.comb += self.busy.eq(0)
+
+        with m.FSM(init="CLEAR"):
+            with m.State("CLEAR"):
+                # After reset: every slot invalid.
+                m.d.comb += [slot_w.addr.eq(probe), slot_w.data.eq(0), slot_w.en.eq(1)]
+                m.d.sync += probe.eq(probe + 1)
+                with m.If(probe == 2 * self._acc_rows - 1):
+                    m.next = "RUN"
+
+            with m.State("RUN"):
+                # The staged item retires (issued, dropped or ignored) unless it must
+                # wait; a new item is taken when the stage is free or retiring (not
+                # after a ``last``), and a line-0 item's home slot is read as it is taken.
+                retire = Signal()
+                m.d.comb += [
+                    self.busy.eq(staged | count.any() | updates.any()),
+                    items.ready.eq(~staged | (retire & ~item.last)),
+                    slot_r.addr.eq(_hash(items.p.row, slot_bits)),
+                ]
+                with m.If(take):
+                    m.d.sync += [staged.eq(1), probe.eq(_hash(items.p.row, slot_bits))]
+                with m.Elif(retire):
+                    m.d.sync += staged.eq(0)
+                with m.If(retire & item.last):
+                    m.next = "DRAIN"
+
+                counted = ~item.nop & (item.line == 0)
+                with m.If(staged & item.nop):
+                    m.d.comb += retire.eq(1)
+                with m.Elif(staged & ~counted):
+                    m.d.comb += [issue_entry.eq(entry), issue_fresh.eq(fresh),
+                                 retire.eq(~hazard), issue.eq(~hazard & ~drop)]
+                with m.Elif(staged):
+                    # ``slot_r.data`` is slot ``probe``: a hit, another row's (read the
+                    # next slot) or free (the row takes entry ``count``, or is dropped if
+                    # none is left).
+                    slot = slot_r.data
+                    hit = slot.valid & (slot.row == item.row)
+                    alloc = (~slot.valid & ~overflow & (count != self._acc_rows)
+                             & (lines_used + items_per_row <= self._acc_lines))
+                    with m.If(slot.valid & ~hit):
+                        m.d.comb += slot_r.addr.eq(probe + 1)
+                        m.d.sync += probe.eq(probe + 1)
+                    with m.Else():
+                        new_entry = Mux(hit, slot.base, lines_used[:acc_bits])
+                        m.d.comb += [issue_entry.eq(new_entry), issue_fresh.eq(alloc),
+                                     retire.eq(~hazard), issue.eq(~hazard & (hit | alloc))]
+                        with m.If(hazard):
+                            m.d.comb += slot_r.addr.eq(probe)       # read it again
+                        with m.Else():
+                            m.d.sync += [entry.eq(new_entry), fresh.eq(alloc),
+                                         drop.eq(~hit & ~alloc), updates.eq(updates + 1)]
+                            with m.If(~hit & ~alloc):
+                                m.d.sync += overflow.eq(1)
+                            with m.If(alloc):
+                                m.d.comb += [
+                                    slot_w.addr.eq(probe), slot_w.en.eq(1),
+                                    slot_w.data.valid.eq(1), slot_w.data.row.eq(item.row),
+                                    slot_w.data.base.eq(lines_used),
+                                    entry_w.addr.eq(count[:entry_bits]), entry_w.en.eq(1),
+                                    entry_w.data.row.eq(item.row), entry_w.data.slot.eq(probe),
+                                    entry_w.data.base.eq(lines_used),
+                                ]
+                                m.d.sync += [count.eq(count + 1),
+                                             lines_used.eq(lines_used + items_per_row)]
+
+            with m.State("DRAIN"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(~acc_busy):
+                    m.d.sync += [walk.eq(0), walk_data.eq(0)]
+                    m.next = "APPLY"
+
+            with m.State("APPLY"):
+                # Walk the entries: clear each one's slot and queue its row (none on
+                # overflow); wait until every line is written and every B back.
+                m.d.comb += [self.busy.eq(1), applying.eq(1), walking.eq(walk != count),
+                             entry_r.addr.eq(walk)]
+                with m.If(walking & ~walk_data):
+                    m.d.sync += walk_data.eq(1)
+                with m.If(walking & walk_data & (row_q.w_rdy | overflow)):
+                    m.d.comb += [
+                        slot_w.addr.eq(entry_r.data.slot), slot_w.data.eq(0), slot_w.en.eq(1),
+                        row_q.w_en.eq(~overflow),
+                    ]
+                    m.d.sync += [walk.eq(walk + 1), walk_data.eq(0)]
+                with m.If(~walking & ~apply_busy & (owed == 0)):
+                    m.next = "DONE"
+
+            with m.State("DONE"):
+                m.d.comb += [self.busy.eq(1), self.o_done.valid.eq(1),
+                             self.o_done.p.rows_written.eq(Mux(overflow, 0, count)),
+                             self.o_done.p.updates.eq(updates),
+                             self.o_done.p.overflow.eq(overflow)]
+                with m.If(self.o_done.ready):
+                    m.d.sync += [count.eq(0), lines_used.eq(0), updates.eq(0), overflow.eq(0),
+                                 drop.eq(0)]
+                    m.next = "RUN"
+
+        rq = data.View(row_q_layout, row_q.r_data)
+        m.d.comb += [row_q.w_data.eq(Cat(row_base, entry_r.data.base))]
+
+        # AR: the head row's lines, one single-beat burst each, while the line queue
+        # has room (it bounds the reads in flight and the R queue's fill).
+        lq_in = Signal(line_layout)
+        m.d.comb += [
+            lq_in.addr.eq(rq.base + (ar_line << 6)),
+            lq_in.entry.eq(rq.entry),
+            lq_in.line.eq(ar_line),
+            axi.arvalid.eq(row_q.r_rdy & line_q.w_rdy),
+            axi.araddr.eq(lq_in.addr),
+            axi.arid.eq(0),
+            axi.arlen.eq(0),
+            axi.arsize.eq(_SIZE_LINE),
+            axi.arburst.eq(AxiBurst.INCR),
+            line_q.w_data.eq(lq_in),
+            line_q.w_en.eq(axi.arvalid & axi.arready),
+        ]
+        with m.If(axi.arvalid & axi.arready):
+            with m.If(ar_line == ctrl.lines_per_row - 1):
+                m.d.comb += row_q.r_en.eq(1)
+                m.d.sync += ar_line.eq(0)
+            with m.Else():
+                m.d.sync += ar_line.eq(ar_line + 1)
+        m.d.comb += [
+            r_q.w_data.eq(axi.rdata),
+            r_q.w_en.eq(axi.rvalid),
+            axi.rready.eq(r_q.w_rdy),
+        ]
+
+        # Units: one per fp32 line, two (halves) per bf16 line; unit u of a row has
+        # elements 16u .. 16u + 15 in both cases and sums line u of its entry.
+        head = data.View(line_layout, line_q.r_data)
+        half = Signal()
+        unit_last = Signal()
+        m.d.comb += unit_last.eq(~ctrl.bf16 | half)
+        p_valid = [Signal(name=f"p{k}_valid") for k in range(_APPLY_DEPTH + 1)]
+        p_layout = data.StructLayout({"addr": aw, "unit": 8, "last": 1, "old": LINE_BITS})
+        p = [Signal(p_layout, name=f"p{k}") for k in range(_APPLY_DEPTH + 1)]
+        # Units in the pipeline, each counted as a line the write queue must take.
+        in_pipe = Signal(range(_APPLY_DEPTH + 2))
+        m.d.comb += in_pipe.eq(sum(p_valid[1:]))
+        go = Signal()
+        m.d.comb += go.eq(line_q.r_rdy & r_q.r_rdy & (w_q.level + in_pipe < _WQ_DEPTH - 1))
+        unit = Signal(8)
+        m.d.comb += unit.eq(Mux(ctrl.bf16, Cat(half, head.line), head.line))
+        m.d.comb += [
+            p_valid[0].eq(go),
+            p[0].addr.eq(head.addr),
+            p[0].unit.eq(unit),
+            p[0].last.eq(unit_last),
+            p[0].old.eq(r_q.r_data),
+            sum_r.addr.eq(Mux(applying, head.entry + unit,
+                              meta[_ACC_READ].addr)),
+        ]
+        with m.If(go):
+            with m.If(unit_last):
+                m.d.comb += [line_q.r_en.eq(1), r_q.r_en.eq(1)]
+                m.d.sync += half.eq(0)
+            with m.Else():
+                m.d.sync += half.eq(1)
+        for k in range(_APPLY_DEPTH):
+            m.d.sync += [p_valid[k + 1].eq(p_valid[k]), p[k + 1].eq(p[k])]
+        m.d.comb += apply_busy.eq(walking | row_q.level.any() | line_q.level.any()
+                                  | r_q.level.any() | Cat(*p_valid[1:]).any()
+                                  | w_q.level.any())
+
+        # Position 1: the sums are read; add widen(old) + S per lane.
+        addp = [FpAdd(stages=_ADD_STAGES) for _ in range(LINE_ELEMS)]
+        rnds = [Fp32ToBf16() for _ in range(LINE_ELEMS)]
+        one = p[1]
+        one_half = one.unit[0]
+        for e in range(LINE_ELEMS):
+            m.submodules[f"apply{e}"] = addp[e]
+            m.submodules[f"round{e}"] = rnds[e]
+            old32 = one.old[32 * e:32 * e + 32]
+            old16 = Mux(one_half, one.old[256 + 16 * e:256 + 16 * e + 16],
+                        one.old[16 * e:16 * e + 16])
+            m.d.comb += [
+                addp[e].i_operands.valid.eq(p_valid[1]),
+                addp[e].i_operands.p.a.eq(Mux(ctrl.bf16, Cat(C(0, 16), old16), old32)),
+                addp[e].i_operands.p.b.eq(sum_r.data[32 * e:32 * e + 32]),
+                addp[e].o_result.ready.eq(1),
+                rnds[e].i_operands.valid.eq(p_valid[1 + _ADD_STAGES]),
+                rnds[e].i_operands.p.a.eq(addp[e].o_result.payload),
+                rnds[e].o_result.ready.eq(1),
+            ]
+        total = Signal(LINE_BITS)                   # fp32 sums at position 1 + add stages
+        m.d.comb += total.eq(Cat(*(u.o_result.payload for u in addp)))
+        total_late = Signal(LINE_BITS)              # ... one cycle later, with the rounding
+        m.d.sync += total_late.eq(total)
+        narrow = Cat(*(u.o_result.payload for u in rnds))
+        fin = p[_APPLY_DEPTH]
+        fin_half = fin.unit[0]
+        # Lane ``e`` of unit ``u`` is element ``16u + e``: past ``dim`` it keeps its bits.
+        keep = Signal(LINE_ELEMS)
+        m.d.comb += keep.eq(Cat(*((Cat(C(e, 4), fin.unit) >= ctrl.dim)
+                                  for e in range(LINE_ELEMS))))
+        out_line = Signal(LINE_BITS)                # the line being assembled
+        line_now = Signal(LINE_BITS)
+        fp32_line = Cat(*(Mux(keep[e], fin.old[32 * e:32 * e + 32], total_late[32 * e:32 * e + 32])
+                          for e in range(LINE_ELEMS)))
+        bf16_half = Cat(*(Mux(keep[e], Mux(fin_half, fin.old[256 + 16 * e:256 + 16 * e + 16],
+                                          fin.old[16 * e:16 * e + 16]),
+                              narrow[16 * e:16 * e + 16]) for e in range(LINE_ELEMS)))
+        m.d.comb += line_now.eq(Mux(ctrl.bf16,
+                                    Mux(fin_half, Cat(out_line[:256], bf16_half),
+                                        Cat(bf16_half, fin.old[256:])),
+                                    fp32_line))
+        with m.If(p_valid[_APPLY_DEPTH]):
+            m.d.sync += out_line.eq(line_now)
+        wq_in = Signal(wq_layout)
+        m.d.comb += [wq_in.addr.eq(fin.addr), wq_in.data.eq(line_now),
+                     w_q.w_data.eq(wq_in), w_q.w_en.eq(p_valid[_APPLY_DEPTH] & fin.last)]
+
+        # AW and W from the write queue's head, each dropping on its own handshake.
+        wh = data.View(wq_layout, w_q.r_data)
+        took_aw = Signal()
+        took_w = Signal()
+        aw_ok = took_aw | axi.awready
+        w_ok = took_w | axi.wready
+        m.d.comb += [
+            axi.awvalid.eq(w_q.r_rdy & ~took_aw),
+            axi.awaddr.eq(wh.addr),
+            axi.awid.eq(0),
+            axi.awlen.eq(0),
+            axi.awsize.eq(_SIZE_LINE),
+            axi.awburst.eq(AxiBurst.INCR),
+            axi.wvalid.eq(w_q.r_rdy & ~took_w),
+            axi.wdata.eq(wh.data),
+            axi.wstrb.eq((1 << (LINE_BITS // 8)) - 1),
+            axi.wlast.eq(1),
+            axi.bready.eq(1),
+        ]
+        with m.If(w_q.r_rdy):
+            with m.If(aw_ok & w_ok):
+                m.d.comb += w_q.r_en.eq(1)
+                m.d.sync += [took_aw.eq(0), took_w.eq(0)]
+            with m.Else():
+                m.d.sync += [took_aw.eq(aw_ok), took_w.eq(w_ok)]
+        return m
