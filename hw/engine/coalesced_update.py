@@ -80,15 +80,16 @@ class CoalescedUpdate(wiring.Component):
     in a hash table of ``2 * acc_rows`` slots (home slot :func:`slot_hash`, read as the
     item enters the stage, so the lookup overlaps the previous item's issue; linear
     probing, one more cycle per slot past the home slot; a slot holds ``{valid, row,
-    entry}``). A row not found takes the next free entry (entries are allocated in
-    first-occurrence order), so the table is never more than half full and a probe
-    always ends; a new row also takes the next ``n`` lines of an ``acc_lines``-line
-    fp32 memory, into which the items of the index then accumulate: the multiply (weight 1.0
-    when not ``weighted``, which is exact) over 3 cycles, the sum read at 3, added over
-    3 (a fresh entry adds its first contribution to -0.0, which returns it unchanged),
-    written at 6 (the read is transparent to that write). An item waits in the stage
-    while an item 1 to 3 cycles ahead of it has the same sum line (it would read that
-    line before the earlier sum is written). No row is read during accumulation.
+    base}``, ``base`` the row's first sum line). A row not found takes the next free
+    entry (entries are allocated in first-occurrence order), so the table is never
+    more than half full and a probe always ends; a new row also takes the next ``n``
+    lines of an ``acc_lines``-line fp32 memory, into which the items of the index then
+    accumulate: the multiply (weight 1.0 when not ``weighted``, which is exact) over 3
+    cycles, the sum read at 3, added over 3 (a fresh entry adds its first contribution
+    to -0.0, which returns it unchanged), written at 6 (the read is transparent to that
+    write). An item waits in the stage while an item 1 to 3 cycles ahead of it has the
+    same sum line (it would read that line before the earlier sum is written). The
+    apply phase below uses the same adders. No row is read during accumulation.
 
     **Overflow.** A new row beyond ``acc_rows`` entries or ``acc_lines`` lines sets
     ``overflow``; its items and those of later new rows are dropped, and at ``last`` no
@@ -138,8 +139,6 @@ class CoalescedUpdate(wiring.Component):
     pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
     o_done : ``Out(stream.Signature(DONE))``
         ``rows_written`` (distinct rows), ``updates`` (counted indices), ``overflow``.
-    busy : ``Out(1)``
-        A descriptor is in progress (an item taken, ``o_done`` not yet taken).
 
     Raises
     ------
@@ -163,7 +162,6 @@ class CoalescedUpdate(wiring.Component):
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
             "o_done": Out(stream.Signature(DONE)),
-            "busy": Out(1),
         })
 
     addr_width = property(lambda self: self._addr_width)
@@ -211,7 +209,7 @@ class CoalescedUpdate(wiring.Component):
         items_per_row = Signal(8)                   # of the staged item's descriptor
         m.d.comb += items_per_row.eq(Mux(ctrl.bf16, ctrl.lines_per_row << 1,
                                          ctrl.lines_per_row))
-        entry = Signal(acc_bits)                    # the first sum line of the index passing
+        base = Signal(acc_bits)                     # the first sum line of the index passing
         fresh = Signal()                            # ... its first occurrence
         drop = Signal()                             # ... dropped (overflow)
         probe = Signal(slot_bits)                   # the slot being read
@@ -224,10 +222,10 @@ class CoalescedUpdate(wiring.Component):
         meta = [None] + [Signal(acc_meta, name=f"a{k}_meta") for k in range(1, _ACC_WRITE + 1)]
         fresh_at = [None] + [Signal(name=f"a{k}_fresh") for k in range(1, _ACC_WRITE + 1)]
         issue = Signal()
-        issue_entry = Signal(acc_bits)              # the index's first sum line
+        issue_base = Signal(acc_bits)               # the index's first sum line
         issue_fresh = Signal()
         issue_addr = Signal(acc_bits)
-        m.d.comb += issue_addr.eq(issue_entry + item.line)
+        m.d.comb += issue_addr.eq(issue_base + item.line)
         m.d.sync += [valid[1].eq(issue), meta[1].addr.eq(issue_addr), fresh_at[1].eq(issue_fresh)]
         for k in range(1, _ACC_WRITE):
             m.d.sync += [valid[k + 1].eq(valid[k]), meta[k + 1].eq(meta[k]),
@@ -238,21 +236,20 @@ class CoalescedUpdate(wiring.Component):
         acc_busy = Signal()
         m.d.comb += acc_busy.eq(Cat(*valid[1:]).any())
 
+        # One bank of adders serves both phases (accumulation and apply never overlap:
+        # apply starts once the accumulation has drained, and the next descriptor's
+        # items only after apply).
         muls = [FpMul(stages=_MUL_STAGES) for _ in range(LINE_ELEMS)]
         adds = [FpAdd(stages=_ADD_STAGES) for _ in range(LINE_ELEMS)]
         for e in range(LINE_ELEMS):
             m.submodules[f"mul{e}"] = muls[e]
-            m.submodules[f"acc{e}"] = adds[e]
+            m.submodules[f"add{e}"] = adds[e]
             lane = slice(32 * e, 32 * e + 32)
             m.d.comb += [
                 muls[e].i_operands.valid.eq(issue),
                 muls[e].i_operands.p.a.eq(Mux(ctrl.weighted, item.weight, C(_ONE, 32))),
                 muls[e].i_operands.p.b.eq(item.grad[lane]),
                 muls[e].o_result.ready.eq(1),
-                adds[e].i_operands.valid.eq(valid[_MUL_STAGES]),
-                adds[e].i_operands.p.a.eq(Mux(fresh_at[_MUL_STAGES], C(_NEG_ZERO, 32),
-                                              sum_r.data[lane])),
-                adds[e].i_operands.p.b.eq(muls[e].o_result.payload),
                 adds[e].o_result.ready.eq(1),
             ]
         m.d.comb += [
@@ -262,9 +259,9 @@ class CoalescedUpdate(wiring.Component):
         ]
 
         # --- apply: entries walked into a row queue, lines read, summed, written
-        row_q_layout = data.StructLayout({"base": aw, "entry": acc_bits})
+        row_q_layout = data.StructLayout({"addr": aw, "base": acc_bits})
         m.submodules.row_q = row_q = SyncFIFOBuffered(width=row_q_layout.size, depth=4)
-        line_layout = data.StructLayout({"addr": aw, "entry": acc_bits, "line": 7})
+        line_layout = data.StructLayout({"addr": aw, "base": acc_bits, "line": 7})
         m.submodules.line_q = line_q = SyncFIFOBuffered(width=line_layout.size,
                                                         depth=self._apply_lines)
         m.submodules.r_q = r_q = SyncFIFOBuffered(width=LINE_BITS, depth=self._apply_lines)
@@ -286,7 +283,6 @@ class CoalescedUpdate(wiring.Component):
         m.d.sync += owed.eq(owed + aw_taken - b_taken)
         apply_busy = Signal()
         applying = Signal()
-        m.d.comb += self.busy.eq(0)
 
         with m.FSM(init="CLEAR"):
             with m.State("CLEAR"):
@@ -302,7 +298,6 @@ class CoalescedUpdate(wiring.Component):
                 # after a ``last``), and a line-0 item's home slot is read as it is taken.
                 retire = Signal()
                 m.d.comb += [
-                    self.busy.eq(staged | count.any() | updates.any()),
                     items.ready.eq(~staged | (retire & ~item.last)),
                     slot_r.addr.eq(_hash(items.p.row, slot_bits)),
                 ]
@@ -317,7 +312,7 @@ class CoalescedUpdate(wiring.Component):
                 with m.If(staged & item.nop):
                     m.d.comb += retire.eq(1)
                 with m.Elif(staged & ~counted):
-                    m.d.comb += [issue_entry.eq(entry), issue_fresh.eq(fresh),
+                    m.d.comb += [issue_base.eq(base), issue_fresh.eq(fresh),
                                  retire.eq(~hazard), issue.eq(~hazard & ~drop)]
                 with m.Elif(staged):
                     # ``slot_r.data`` is slot ``probe``: a hit, another row's (read the
@@ -331,13 +326,13 @@ class CoalescedUpdate(wiring.Component):
                         m.d.comb += slot_r.addr.eq(probe + 1)
                         m.d.sync += probe.eq(probe + 1)
                     with m.Else():
-                        new_entry = Mux(hit, slot.base, lines_used[:acc_bits])
-                        m.d.comb += [issue_entry.eq(new_entry), issue_fresh.eq(alloc),
+                        new_base = Mux(hit, slot.base, lines_used[:acc_bits])
+                        m.d.comb += [issue_base.eq(new_base), issue_fresh.eq(alloc),
                                      retire.eq(~hazard), issue.eq(~hazard & (hit | alloc))]
                         with m.If(hazard):
                             m.d.comb += slot_r.addr.eq(probe)       # read it again
                         with m.Else():
-                            m.d.sync += [entry.eq(new_entry), fresh.eq(alloc),
+                            m.d.sync += [base.eq(new_base), fresh.eq(alloc),
                                          drop.eq(~hit & ~alloc), updates.eq(updates + 1)]
                             with m.If(~hit & ~alloc):
                                 m.d.sync += overflow.eq(1)
@@ -353,16 +348,14 @@ class CoalescedUpdate(wiring.Component):
                                 m.d.sync += [count.eq(count + 1),
                                              lines_used.eq(lines_used + items_per_row)]
 
-            with m.State("DRAIN"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(~acc_busy):
-                    m.d.sync += [walk.eq(0), walk_data.eq(0)]
-                    m.next = "APPLY"
+            with m.State("DRAIN"), m.If(~acc_busy):
+                m.d.sync += [walk.eq(0), walk_data.eq(0)]
+                m.next = "APPLY"
 
             with m.State("APPLY"):
                 # Walk the entries: clear each one's slot and queue its row (none on
                 # overflow); wait until every line is written and every B back.
-                m.d.comb += [self.busy.eq(1), applying.eq(1), walking.eq(walk != count),
+                m.d.comb += [applying.eq(1), walking.eq(walk != count),
                              entry_r.addr.eq(walk)]
                 with m.If(walking & ~walk_data):
                     m.d.sync += walk_data.eq(1)
@@ -376,7 +369,7 @@ class CoalescedUpdate(wiring.Component):
                     m.next = "DONE"
 
             with m.State("DONE"):
-                m.d.comb += [self.busy.eq(1), self.o_done.valid.eq(1),
+                m.d.comb += [self.o_done.valid.eq(1),
                              self.o_done.p.rows_written.eq(Mux(overflow, 0, count)),
                              self.o_done.p.updates.eq(updates),
                              self.o_done.p.overflow.eq(overflow)]
@@ -392,8 +385,8 @@ class CoalescedUpdate(wiring.Component):
         # has room (it bounds the reads in flight and the R queue's fill).
         lq_in = Signal(line_layout)
         m.d.comb += [
-            lq_in.addr.eq(rq.base + (ar_line << 6)),
-            lq_in.entry.eq(rq.entry),
+            lq_in.addr.eq(rq.addr + (ar_line << 6)),
+            lq_in.base.eq(rq.base),
             lq_in.line.eq(ar_line),
             axi.arvalid.eq(row_q.r_rdy & line_q.w_rdy),
             axi.araddr.eq(lq_in.addr),
@@ -417,7 +410,7 @@ class CoalescedUpdate(wiring.Component):
         ]
 
         # Units: one per fp32 line, two (halves) per bf16 line; unit u of a row has
-        # elements 16u .. 16u + 15 in both cases and sums line u of its entry.
+        # elements 16u .. 16u + 15 in both cases and sums line ``base + u``.
         head = data.View(line_layout, line_q.r_data)
         half = Signal()
         unit_last = Signal()
@@ -438,7 +431,7 @@ class CoalescedUpdate(wiring.Component):
             p[0].unit.eq(unit),
             p[0].last.eq(unit_last),
             p[0].old.eq(r_q.r_data),
-            sum_r.addr.eq(Mux(applying, head.entry + unit,
+            sum_r.addr.eq(Mux(applying, head.base + unit,
                               meta[_ACC_READ].addr)),
         ]
         with m.If(go):
@@ -453,28 +446,29 @@ class CoalescedUpdate(wiring.Component):
                                   | r_q.level.any() | Cat(*p_valid[1:]).any()
                                   | w_q.level.any())
 
-        # Position 1: the sums are read; add widen(old) + S per lane.
-        addp = [FpAdd(stages=_ADD_STAGES) for _ in range(LINE_ELEMS)]
+        # The adders: accumulation at its position _MUL_STAGES (fresh + product, or sum
+        # + product), apply at its position 1 (widen(old) + sum, the sums read at 0).
         rnds = [Fp32ToBf16() for _ in range(LINE_ELEMS)]
         one = p[1]
         one_half = one.unit[0]
         for e in range(LINE_ELEMS):
-            m.submodules[f"apply{e}"] = addp[e]
             m.submodules[f"round{e}"] = rnds[e]
-            old32 = one.old[32 * e:32 * e + 32]
+            lane = slice(32 * e, 32 * e + 32)
             old16 = Mux(one_half, one.old[256 + 16 * e:256 + 16 * e + 16],
                         one.old[16 * e:16 * e + 16])
+            acc_a = Mux(fresh_at[_MUL_STAGES], C(_NEG_ZERO, 32), sum_r.data[lane])
+            apply_a = Mux(ctrl.bf16, Cat(C(0, 16), old16), one.old[lane])
             m.d.comb += [
-                addp[e].i_operands.valid.eq(p_valid[1]),
-                addp[e].i_operands.p.a.eq(Mux(ctrl.bf16, Cat(C(0, 16), old16), old32)),
-                addp[e].i_operands.p.b.eq(sum_r.data[32 * e:32 * e + 32]),
-                addp[e].o_result.ready.eq(1),
+                adds[e].i_operands.valid.eq(Mux(applying, p_valid[1], valid[_MUL_STAGES])),
+                adds[e].i_operands.p.a.eq(Mux(applying, apply_a, acc_a)),
+                adds[e].i_operands.p.b.eq(Mux(applying, sum_r.data[lane],
+                                              muls[e].o_result.payload)),
                 rnds[e].i_operands.valid.eq(p_valid[1 + _ADD_STAGES]),
-                rnds[e].i_operands.p.a.eq(addp[e].o_result.payload),
+                rnds[e].i_operands.p.a.eq(adds[e].o_result.payload),
                 rnds[e].o_result.ready.eq(1),
             ]
         total = Signal(LINE_BITS)                   # fp32 sums at position 1 + add stages
-        m.d.comb += total.eq(Cat(*(u.o_result.payload for u in addp)))
+        m.d.comb += total.eq(Cat(*(u.o_result.payload for u in adds)))
         total_late = Signal(LINE_BITS)              # ... one cycle later, with the rounding
         m.d.sync += total_late.eq(total)
         narrow = Cat(*(u.o_result.payload for u in rnds))
