@@ -242,6 +242,7 @@ class Device(wiring.Component):
             regs.eng_status.in_flight.eq(engine.in_flight),
             regs.eng_status.undo_stall.eq(engine.undo_stall),
             regs.eng_status.serial.eq(engine.serial),
+            regs.eng_status.init.eq(engine.init),
             regs.eng_err_set.desc_error.eq(engine.err_desc),
             regs.eng_err_set.ring_overrun.eq(engine.err_overrun),
             regs.eng_err_set.pmem_resp.eq(engine.err_pmem),

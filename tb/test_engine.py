@@ -232,8 +232,14 @@ async def test_ring_overrun(dut):
 @cocotb.test()
 async def test_engine_counters_and_status(dut):
     """ENG_DESC_DONE, ENG_LINES_GATHERED, ENG_BAGS_POOLED, ENG_UPD_ITEMS,
-    ENG_UPD_LINES_WRITTEN and ENG_BUSY against the workload; ENG_STATUS idle at the end."""
+    ENG_UPD_LINES_WRITTEN and ENG_BUSY against the workload; ENG_STATUS.INIT set until
+    the UPDATE hash table is cleared (update_acc_rows cycles after reset); ENG_STATUS
+    idle at the end."""
     tb, drv, rng = await _start(dut, "engine_counters", idle=True, backpressure=True)
+    clear = tb.config.update_acc_rows
+    while (await tb.csr.read_fields("ENG_STATUS")).init:
+        assert tb.loop.cycle < clear + 500, f"ENG_STATUS.INIT still set at {tb.loop.cycle}"
+    assert tb.loop.cycle >= clear, f"ENG_STATUS.INIT clear at cycle {tb.loop.cycle} < {clear}"
     await tb.csr.write("PERF_CTRL", 1)
     dim = _dims(tb)[2]
     table = await drv.add_table(rng=rng, data=random_table(rng, 48, dim, FP32))
@@ -259,7 +265,7 @@ async def test_engine_counters_and_status(dut):
     busy = await tb.csr.read64("ENG_BUSY")
     assert 0 < busy < tb.loop.cycle, f"ENG_BUSY {busy}"
     status = await tb.csr.read_fields("ENG_STATUS")
-    assert not (status.busy or status.in_flight or status.undo_stall), (
+    assert not (status.busy or status.in_flight or status.undo_stall or status.init), (
         f"{status} after the last completion")
     assert await tb.csr.read("ENG_HEAD") == 6
     await _finish(tb, drv)

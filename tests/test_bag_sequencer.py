@@ -223,10 +223,10 @@ class TB:
                         ctx.set(p.rresp, resp)
                         ctx.set(p.rlast, int(last))
                 ctx.set(p.rvalid, beat is not None)
-                (_, _, d_ready, r_valid, r_ready, r_p, s_valid, s_ready, s_p, ar_valid, ar_ready,
-                 ar_id, ar_addr, ar_len, ar_size, ar_burst, rready, awvalid,
+                (_, _, passed, d_ready, r_valid, r_ready, r_p, s_valid, s_ready, s_p, ar_valid,
+                 ar_ready, ar_id, ar_addr, ar_len, ar_size, ar_burst, rready, awvalid,
                  wvalid) = await ctx.tick().sample(
-                    dut.i_desc.ready, dut.o_rows.valid, dut.o_rows.ready,
+                    dut.passed, dut.i_desc.ready, dut.o_rows.valid, dut.o_rows.ready,
                     dut.o_rows.payload.as_value(), dut.o_status.valid, dut.o_status.ready,
                     dut.o_status.payload.as_value(), p.arvalid, p.arready, p.arid, p.araddr,
                     p.arlen, p.arsize, p.arburst, p.rready, p.awvalid, p.wvalid)
@@ -238,6 +238,14 @@ class TB:
                 checks[1].observe(cycle, s_valid, s_ready, s_p)
                 checks[2].observe(cycle, ar_valid, ar_ready,
                                   (ar_id, ar_addr, ar_len, ar_size, ar_burst))
+                # ``passed`` is high while rows are offered, and only for a descriptor
+                # that completes OK.
+                assert passed or not r_valid, f"cycle {cycle}: a row without passed"
+                if passed:
+                    self.marks[-1]["passed"] = True
+                if s_valid and s_ready and self.marks[-1].get("passed"):
+                    assert unpack(STATUS, s_p)["status"] == Status.OK.value, (
+                        f"cycle {cycle}: passed set for a descriptor that failed")
                 if r_valid and r_ready:
                     got.append(("row", unpack(ROW, r_p)))
                     if self.marks[-1]["first_row"] is None:

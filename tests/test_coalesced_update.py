@@ -404,6 +404,7 @@ def run(dut: CoalescedUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
         # Valid in the previous cycle, per channel: a ready is redrawn only then (fewer
         # input changes, and each change costs a settle of the design).
         d_valid = arvalid = awvalid = wvalid = True
+        init_cycles = 0
         while len(obs.dones) < len(descs):
             t = traffics[len(obs.dones)]
             if cycle >= max_cycles:
@@ -443,15 +444,22 @@ def run(dut: CoalescedUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
             if value != last_set:
                 ctx.set(inputs, value)
                 last_set = value
-            (_, _, i_ready, d_valid, d_ready, d_p, arvalid, arready, awvalid, awready,
+            (_, _, init, i_ready, d_valid, d_ready, d_p, arvalid, arready, awvalid, awready,
              wvalid, wready, wdata, wstrb, wlast, rready, bready,
              *addr) = await ctx.tick().sample(
-                dut.i_items.ready, dut.o_done.valid, dut.o_done.ready,
+                dut.init, dut.i_items.ready, dut.o_done.valid, dut.o_done.ready,
                 dut.o_done.payload.as_value(), p.arvalid, p.arready, p.awvalid, p.awready,
                 p.wvalid, p.wready, p.wdata, p.wstrb, p.wlast, p.rready, p.bready,
                 p.arid, p.araddr, p.arlen, p.arsize, p.arburst,
                 p.awid, p.awaddr, p.awlen, p.awsize, p.awburst)
             ar, aw = tuple(addr[:5]), tuple(addr[5:])
+            if init:
+                # The hash table is cleared in the first acc_rows cycles only, taking
+                # no item.
+                if cycle != init_cycles or i_ready:
+                    obs.errors.append(f"cycle {cycle}: init high after {init_cycles} init "
+                                      f"cycles, i_items.ready {i_ready}")
+                init_cycles += 1
             if cur is not None and i_ready:
                 n = cur[0]
                 if obs.first_item[n] < 0:
@@ -507,6 +515,8 @@ def run(dut: CoalescedUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
                                                     for a, c in list(left.items())[:6]))
             cycle += 1
         obs.cycles = cycle
+        if init_cycles != dut.acc_rows:
+            obs.errors.append(f"init high for {init_cycles} cycles, not acc_rows")
         for k in range(TAIL):
             _, _, *valids = await ctx.tick().sample(dut.o_done.valid, p.arvalid, p.awvalid,
                                                     p.wvalid)

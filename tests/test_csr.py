@@ -319,7 +319,7 @@ def test_contract_offsets_and_ports():
         "eng_ring_base_lo": ("out", 32), "eng_ring_base_hi": ("out", 16),
         "eng_ring_order": ("out", 5), "eng_cq_base_lo": ("out", 32),
         "eng_cq_base_hi": ("out", 16), "eng_tail": ("out", 32), "eng_head": ("in", 32),
-        "eng_status": ("in", 18), "eng_err_set": ("in", 3), "eng_err": ("out", 3),
+        "eng_status": ("in", 19), "eng_err_set": ("in", 3), "eng_err": ("out", 3),
         "eng_err_seq_value": ("in", 32), "eng_err_seq_capture": ("in", 1),
         "eng_err_info_value": ("in", 16), "eng_err_info_capture": ("in", 1),
         "eng_desc_done_inc": ("in", 1), "eng_lines_gathered_inc": ("in", 1),

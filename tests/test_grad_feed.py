@@ -47,7 +47,11 @@ def _updates(rng: random.Random, n: int) -> list[dict]:
                      "items": glines * rng.choice((1, 2)), "data_addr": base,
                      "rows": [[rng.randrange(1 << 20) for _ in range(c)] for c in counts],
                      "weights": [[rng.getrandbits(32) for _ in range(c)] for c in counts],
-                     "finish_delay": rng.choice((0, 0, 1, 3, 20))})
+                     "finish_delay": rng.choice((0, 0, 1, 3, 20)),
+                     # ``checked`` from this cycle after ``start`` (None: never, the
+                     # first row starts the read-ahead); the rows from ``row_delay``.
+                     "checked_at": rng.choice((None, 0, 1, 5)),
+                     "row_delay": rng.choice((0, 0, 10))})
     return jobs
 
 
@@ -80,7 +84,9 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
             items: list[tuple] = []
             for name in ("data_addr", "num_bags", "glines", "items"):
                 ctx.set(getattr(dut, name), job[name])
+            checked_at, row_delay = job.get("checked_at"), job.get("row_delay", 0)
             ctx.set(dut.start, 1)
+            ctx.set(dut.checked, int(checked_at == 0))
             await port.tick(ctx)
             ctx.set(dut.start, 0)
             feed = []
@@ -95,7 +101,9 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
             start = port.cycle
             while True:
                 assert port.cycle - start < max_cycles, "UPDATE did not finish (hang)"
-                if feed and not rng.random() < row_gap:
+                if checked_at is not None and port.cycle - start + 1 >= checked_at:
+                    ctx.set(dut.checked, 1)
+                if feed and port.cycle - start >= row_delay and not rng.random() < row_gap:
                     ctx.set(dut.i_rows.payload, feed[0])
                     ctx.set(dut.i_rows.valid, 1)
                 else:
@@ -122,6 +130,7 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
             cycles = port.cycle - start
             ctx.set(dut.i_rows.valid, 0)
             ctx.set(dut.finish, 0)
+            ctx.set(dut.checked, 0)
             (busy,) = await port.tick(ctx, dut.busy)
             assert not busy, "busy after the last item"
             assert model.outstanding == (0, 0), "reads in flight after the last item"
@@ -174,3 +183,37 @@ def test_reads_ahead():
 def test_verilog_lints_clean(tmp_path):
     dut = GradFeed(addr_width=48, id_width=3, max_glines=16)
     assert_lints_clean(dut, "grad_feed_a48", tmp_path)
+
+
+def test_next_bag_follows_without_a_gap():
+    """Bags of several rows whose lines are read ahead: a bag's first row follows the
+    previous bag's last item at once, so the items leave at one per cycle (plus the
+    first read latency and the end item), not two cycles more per bag."""
+    model = _model(4)
+    bags, per_bag, glines = 48, 3, 2
+    job = {"num_bags": bags, "glines": glines, "items": glines, "counts": [per_bag] * bags,
+           "data_addr": 0x20000,
+           "rows": [[(b * per_bag + k) % 50 for k in range(per_bag)] for b in range(bags)],
+           "weights": [[0] * per_bag for _ in range(bags)], "finish_delay": 0}
+    [(items, cycles)] = _run(model, [job], seed=4, traffic=SMOOTH, row_gap=0.0, out_bp=0.0)
+    assert items == _expected(model, job)
+    n = bags * per_bag * glines
+    latency = TIMING.read_latency + TIMING.jitter
+    assert cycles < n + 2 * latency + 16, f"{cycles} cycles for {n} items in {bags} bags"
+
+
+def test_checked_starts_the_read_ahead_before_the_first_row():
+    """With ``checked`` at ``start``, the gradient is read while the rows are still to
+    come: the first item follows the first row at once instead of one read latency
+    later."""
+    model = _model(5)
+    delay = 100
+    job = {"num_bags": 4, "glines": 2, "items": 2, "counts": [1] * 4, "data_addr": 0x30000,
+           "rows": [[b] for b in range(4)], "weights": [[0] for _ in range(4)],
+           "finish_delay": 0, "checked_at": 0, "row_delay": delay}
+    [(items, cycles)] = _run(model, [job], seed=5, traffic=SMOOTH, row_gap=0.0, out_bp=0.0)
+    assert items == _expected(model, job)
+    assert cycles < delay + 4 * 4 + 10, f"{cycles} cycles: the reads waited for the rows"
+    [(_, late)] = _run(model, [job | {"checked_at": None}], seed=5, traffic=SMOOTH,
+                       row_gap=0.0, out_bp=0.0)
+    assert late >= delay + TIMING.read_latency, f"{late} cycles without checked"

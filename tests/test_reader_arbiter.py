@@ -5,8 +5,8 @@ Each reader requests bursts at random lines and lengths, holding a request until
 granted or, now and then, withdrawing it (as a flushed reader does); AR has random
 backpressure, and R beats with random IDs arrive with random idle cycles. Checked
 against the contract: in each cycle the AR register is free (``~arvalid | arready``)
-the highest-priority requesting reader, and only it, is granted, and no reader while it
-is busy; the AR transfers are the granted bursts in grant order (``arid`` the reader,
+the first requesting reader after the last one granted (cyclically, reader 0 first
+after reset), and only it, is granted, and no reader while it is busy; the AR transfers are the granted bursts in grant order (``arid`` the reader,
 ``araddr`` its line, ``arlen``, 64-byte beats, INCR); each R beat is routed to the reader
 its ID names and to no other; ``rready`` and ``bready`` are always 1. A passive checker
 holds AR to the stream rules. Seeds are printed; ``SEED=<n>`` replays one.
@@ -40,6 +40,7 @@ def run(seed: int, *, id_width: int, readers: int, rough: bool, cycles: int = 10
 
     async def bench(ctx):
         requests = [None] * readers
+        last = readers - 1                      # the last reader granted
         for cycle in range(cycles):
             for k, port in enumerate(ports):
                 if requests[k] is None and rng.random() < 0.3:
@@ -66,7 +67,8 @@ def run(seed: int, *, id_width: int, readers: int, rough: bool, cycles: int = 10
             r_data = sampled[11 + 2 * readers:]
             where = f"cycle {cycle}, seed {seed}"
             free = not ar_valid or ar_ready
-            want = next((k for k in range(readers) if requests[k] is not None), None)
+            order = [(last + 1 + i) % readers for i in range(readers)]
+            want = next((k for k in order if requests[k] is not None), None)
             assert list(grants) == [int(free and k == want) for k in range(readers)], (
                 f"grants {list(grants)}, requests {requests}, AR free {free} ({where})")
             assert rready and bready, where
@@ -79,6 +81,7 @@ def run(seed: int, *, id_width: int, readers: int, rough: bool, cycles: int = 10
                 granted.append((want, *requests[want]))
                 counts["grants"][want] += 1
                 requests[want] = None
+                last = want
             for k in range(readers):
                 assert r_valid[k] == int(beat and rid == k), f"R to reader {k} ({where})"
                 if r_valid[k]:
@@ -92,7 +95,7 @@ def run(seed: int, *, id_width: int, readers: int, rough: bool, cycles: int = 10
 
 @pytest.mark.parametrize("id_width, readers", [(1, 1), (2, 4), (3, 3)])
 @pytest.mark.parametrize("rough", [False, True], ids=["smooth", "rough"])
-def test_fixed_priority_and_routing(seed, id_width, readers, rough):
+def test_round_robin_and_routing(seed, id_width, readers, rough):
     counts = run(seed, id_width=id_width, readers=readers, rough=rough)
     assert all(counts["grants"]) and counts["beats"], counts
 

@@ -148,6 +148,7 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
         started = -1                # the descriptor of the last update_start pulse
         done_at = None              # cycle to pulse i_update_done
         durable_at = None           # cycle of the last done pulse
+        checked_for = -1            # the descriptor of the last update_checked
         gate = False                # rows after a good UPDATE wait for its done pulse
         while out < len(descs):
             assert port.cycle < 300_000, "hang"
@@ -159,11 +160,12 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
             ctx.set(dut.o_status.ready, not rng.random() < bp)
             pulse = done_at is not None and port.cycle >= done_at
             ctx.set(dut.i_update_done, pulse)
-            (d_ready, r_valid, r_ready, r_p, s_valid, s_ready, s_p, start, upd
+            (d_ready, r_valid, r_ready, r_p, s_valid, s_ready, s_p, start, upd, checked
              ) = await port.tick(
                 ctx, dut.i_desc.ready, dut.o_rows.valid, dut.o_rows.ready,
                 dut.o_rows.payload.as_value(), dut.o_status.valid, dut.o_status.ready,
-                dut.o_status.payload.as_value(), dut.update_start, dut.update.as_value())
+                dut.o_status.payload.as_value(), dut.update_start, dut.update.as_value(),
+                dut.update_checked)
             cycle = port.cycle
             where = f"cycle {cycle}, seed {seed}"
             rules[0].observe(cycle, r_valid, r_ready, r_p)
@@ -174,6 +176,12 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                 if taken - out > 1:
                     stats["overlap"] += 1
             f = descs[out].fields if out < len(descs) else None
+            if checked:
+                # Only for the UPDATE whose turn it is, after its start, and only for
+                # one that completes OK.
+                assert f and f["kind"] == DescKind.UPDATE.value, f"checked ({where})"
+                assert started == out or start, f"checked before update_start ({where})"
+                checked_for = out
             if start:
                 assert f and f["kind"] == DescKind.UPDATE.value and started < out, where
                 assert nested(upd_l, upd) == settings(f)[1], f"update settings ({where})"
@@ -186,12 +194,15 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                 assert row["update"] == (f["kind"] == DescKind.UPDATE.value), where
                 if f["kind"] == DescKind.UPDATE.value:
                     assert started == out, f"UPDATE rows before update_start ({where})"
+                    assert checked, f"UPDATE row without update_checked ({where})"
                 got.append(("row", row["row"]))
             if s_valid and s_ready:
                 status = unpack(STATUS, s_p)["status"]
                 got.append(("status", status))
                 if f["kind"] == DescKind.UPDATE.value:
                     assert started == out, f"UPDATE without update_start ({where})"
+                    assert checked_for != out or status == 0, (
+                        f"update_checked for an UPDATE that failed ({where})")
                     if status == 0:
                         gate = True
                         done_at = cycle + rng.randint(0, 20)

@@ -665,13 +665,16 @@ def _engine_registers() -> Iterable[Register]:
         doc="Descriptors completed, a free-running count. Everything a descriptor wrote, "
             "and its completion record, is durable before ENG_HEAD passes it.")
     yield Register(
-        "ENG_STATUS", 0x428, Kind.RO, width=18,
+        "ENG_STATUS", 0x428, Kind.RO, width=19,
         fields=[Field("BUSY", 0, 1, "A descriptor is being fetched or executed."),
                 Field("IN_FLIGHT", 8, 8, "Descriptors fetched and not yet completed."),
                 Field("UNDO_STALL", 16, 1, "The gather waits for the undo-capture consumer "
                       "(the checkpoint logger)."),
                 Field("SERIAL", 17, 1, "A serialising descriptor (COMMIT, FENCE) "
-                      "is waiting for earlier ones or executing.")],
+                      "is waiting for earlier ones or executing."),
+                Field("INIT", 18, 1, "The engine is clearing its on-chip UPDATE tables "
+                      "after reset (one cycle per accumulator entry); an UPDATE rung "
+                      "meanwhile waits for it.")],
         doc="Live status of the embedding engine.")
     yield Register(
         "ENG_ERR", 0x430, Kind.W1C, width=3,

@@ -25,7 +25,7 @@ STATUS = data.StructLayout({"status": 8})
 
 #: Bags the count scan may run ahead of the row emission.
 _BAG_FIFO = 16
-#: The buffer readers in AXI ID order (the arbiter's priority order).
+#: The buffer readers in AXI ID order (the arbiter serves them round robin).
 _READERS = ("offsets", "indices", "scan", "weights")
 
 
@@ -119,6 +119,8 @@ class BagSequencer(wiring.Component):
         Counted rows of every bag in index order, and lone empty bags.
     o_status : ``Out(stream.Signature(STATUS))``
         The descriptor's :class:`~.descriptor.Status`, after its last ``o_rows`` item.
+    passed : ``Out(1)``
+        The descriptor passed every check and its rows are being emitted (pass 2).
 
     Raises
     ------
@@ -139,6 +141,7 @@ class BagSequencer(wiring.Component):
                                       id_width=id_width)),
             "o_rows": Out(stream.Signature(ROW)),
             "o_status": Out(stream.Signature(STATUS)),
+            "passed": Out(1),
         })
 
     @property
@@ -225,6 +228,7 @@ class BagSequencer(wiring.Component):
                         m.next = "START_EMIT"
 
             with m.State("START_EMIT"):
+                m.d.comb += self.passed.eq(1)
                 start(offsets, desc.offsets_addr, desc.num_bags)
                 start(indices, desc.indices_addr, desc.num_indices)
                 start(scan_indices, desc.indices_addr, desc.num_indices)
@@ -233,8 +237,10 @@ class BagSequencer(wiring.Component):
                 m.next = "EMIT"
 
             # The emitter is done only after the scan has sent it the last bag.
-            with m.State("EMIT"), m.If(emitter.o_done & ~self.o_rows.valid):
-                finish(Status.OK.value)
+            with m.State("EMIT"):
+                m.d.comb += self.passed.eq(1)
+                with m.If(emitter.o_done & ~self.o_rows.valid):
+                    finish(Status.OK.value)
 
             with m.State("STATUS"):
                 m.d.comb += [self.o_status.valid.eq(1), self.o_status.p.status.eq(status)]

@@ -19,7 +19,7 @@ from hw.widths import check_int, check_pow2
 
 from .update_layouts import DONE, ITEM, LINE_BITS, LINE_ELEMS, ctrl_layout
 
-__all__ = ["DONE", "ITEM", "CoalescedUpdate", "ctrl_layout", "slot_hash"]
+__all__ = ["DONE", "ITEM", "CoalescedUpdate", "bucket_hash", "ctrl_layout"]
 
 _SIZE_LINE = 6              # AXI ``size`` of a 64-byte beat
 _ONE = 0x3F80_0000          # fp32 1.0: the weight of an unweighted update (exact)
@@ -37,23 +37,24 @@ _APPLY_DEPTH = 1 + _ADD_STAGES + 1
 _WQ_DEPTH = 16
 
 
-def slot_hash(row: int, slot_bits: int) -> int:
-    """The home slot of ``row`` in a table of ``2**slot_bits`` slots (the RTL's hash,
-    for tests and docs): the row's 32 bits folded by XOR into ``slot_bits`` bits."""
+def bucket_hash(row: int, bucket_bits: int) -> int:
+    """The home bucket of ``row`` in a table of ``2**bucket_bits`` buckets (the RTL's
+    hash, for tests and docs): the row's 32 bits folded by XOR into ``bucket_bits``
+    bits."""
     h, r = 0, row & 0xFFFF_FFFF
     while r:
-        h ^= r & ((1 << slot_bits) - 1)
-        r >>= slot_bits
+        h ^= r & ((1 << bucket_bits) - 1)
+        r >>= bucket_bits
     return h
 
 
-def _hash(row, slot_bits: int):
-    """:func:`slot_hash` in logic."""
-    parts = [row[k:k + slot_bits] for k in range(0, 32, slot_bits)]
+def _hash(row, bucket_bits: int):
+    """:func:`bucket_hash` in logic."""
+    parts = [row[k:k + bucket_bits] for k in range(0, 32, bucket_bits)]
     h = parts[0]
     for part in parts[1:]:
         h = h ^ part
-    return h[:slot_bits]
+    return h[:bucket_bits]
 
 
 class CoalescedUpdate(wiring.Component):
@@ -77,19 +78,31 @@ class CoalescedUpdate(wiring.Component):
     ignored.
 
     **Accumulation.** Items pass a staging register. A line-0 item's row is looked up
-    in a hash table of ``2 * acc_rows`` slots (home slot :func:`slot_hash`, read as the
-    item enters the stage, so the lookup overlaps the previous item's issue; linear
-    probing, one more cycle per slot past the home slot; a slot holds ``{valid, row,
-    base}``, ``base`` the row's first sum line). A row not found takes the next free
-    entry (entries are allocated in first-occurrence order), so the table is never
-    more than half full and a probe always ends; a new row also takes the next ``n``
+    in a hash table of ``acc_rows`` buckets of two slots each, both read at once (home
+    bucket :func:`bucket_hash`, read as the item enters the stage, so the lookup
+    overlaps the previous item's issue; linear probing, one more cycle per bucket past
+    the home bucket, needed only when both of its slots hold other rows; a slot holds
+    ``{valid, row, base}``, ``base`` the row's first sum line). A row not found takes
+    the next free entry (entries are allocated in first-occurrence order) and the first
+    free slot of the bucket, so the table is never more than half full and a probe
+    always ends; a new row also takes the next ``n``
     lines of an ``acc_lines``-line fp32 memory, into which the items of the index then
     accumulate: the multiply (weight 1.0 when not ``weighted``, which is exact) over 3
     cycles, the sum read at 3, added over 3 (a fresh entry adds its first contribution
     to -0.0, which returns it unchanged), written at 6 (the read is transparent to that
     write). An item waits in the stage while an item 1 to 3 cycles ahead of it has the
     same sum line (it would read that line before the earlier sum is written). The
-    apply phase below uses the same adders. No row is read during accumulation.
+    apply phase below uses the same adders.
+
+    **Prefetch.** A new row is also queued for reading (a new row waits in the stage
+    while the 4-row queue is full): its table lines are read with one burst (two when
+    the row crosses a 4 KiB boundary; AXI ID 0, so beats return in order), as many
+    bursts in flight as ``fetch_lines``, into a row buffer of ``acc_lines`` lines at its
+    sum lines (table line ``j`` at ``base + j``). The reads thus overlap the
+    accumulation; a row is read once per
+    descriptor whatever its number of occurrences, and before it is written (the
+    engine completes the previous descriptor's writes before it sends the next one's
+    items; distinct rows of a table never share a line).
 
     **Overflow.** A new row beyond ``acc_rows`` entries or ``acc_lines`` lines sets
     ``overflow``; its items and those of later new rows are dropped, and at ``last`` no
@@ -98,22 +111,22 @@ class CoalescedUpdate(wiring.Component):
     ``acc_lines`` (``docs/embedding.md``), so it never overflows there.
 
     **Apply** (after ``last`` and the accumulation's drain): the entries are walked in
-    order (two cycles per row; each entry's slot is cleared on the way, so the next
-    descriptor starts with an empty table); every line of a row is read with a
-    single-beat burst (AXI ID 0, so beats return in order), as many in flight as
-    ``apply_lines``; each returning line is added to its sums (16 lanes; a bf16 line as
-    two halves in two cycles), rounded (bf16) and written back with a single-beat
-    burst, every byte strobed (padding elements keep the bits read). ``o_done`` (a
-    register, held until taken) follows once every B has arrived. AXI error responses
-    are not checked.
+    order, each once its row's lines are all in the buffer (they arrive in entry
+    order; one cycle per row; each entry's bucket is cleared on the way, so the next
+    descriptor starts with an empty table); each buffered line is
+    added to its sums (16 lanes; a bf16 line as two halves in two cycles), rounded
+    (bf16) and written back with a single-beat burst, every byte strobed (padding
+    elements keep the bits read). ``o_done`` (a register, held until taken) follows
+    once every B has arrived. AXI error responses are not checked.
 
     **Throughput.** Accumulation takes one item per cycle, plus one cycle per probe past
-    a row's home slot and the waits above; apply one line per cycle (fp32; a bf16 line
-    in two, one per half) while reads, writes and the write queue keep up, and at least
-    two cycles per row (the entry walk).
+    a row's home bucket and the waits above, while the prefetch reads keep pace; apply
+    writes one line per cycle (fp32; a bf16 line in two, one per half) while writes and
+    the write queue keep up. An UPDATE thus takes about its gradient lines plus its
+    distinct rows' lines in cycles, plus one PMEM read latency and one write latency.
 
-    **Reset.** The slot table is cleared for ``2 * acc_rows`` cycles
-    (``i_items.ready`` low); a descriptor in progress is dropped.
+    **Reset.** The hash table is cleared for ``acc_rows`` cycles (``init`` high,
+    ``i_items.ready`` low); a descriptor in progress is dropped.
 
     Parameters
     ----------
@@ -128,8 +141,8 @@ class CoalescedUpdate(wiring.Component):
     acc_lines : int or None
         fp32 sum lines the entries share, a power of two from ``max_items`` to 65536;
         None: ``acc_rows * 2**ceil(log2 max_items)``.
-    apply_lines : int
-        Row lines read ahead during apply, a power of two from 4 to 1024.
+    fetch_lines : int
+        Prefetch bursts in flight, a power of two from 4 to 1024.
 
     Members
     -------
@@ -139,6 +152,8 @@ class CoalescedUpdate(wiring.Component):
     pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
     o_done : ``Out(stream.Signature(DONE))``
         ``rows_written`` (distinct rows), ``updates`` (counted indices), ``overflow``.
+    init : ``Out(1)``
+        The hash table is being cleared after reset.
 
     Raises
     ------
@@ -147,7 +162,7 @@ class CoalescedUpdate(wiring.Component):
     """
 
     def __init__(self, *, addr_width: int, id_width: int, acc_rows: int, max_items: int,
-                 acc_lines: int | None = None, apply_lines: int = 32):
+                 acc_lines: int | None = None, fetch_lines: int = 32):
         self._addr_width = check_int("addr_width", addr_width, 12, 64)
         self._id_width = check_int("id_width", id_width, 1, 16)
         self._acc_rows = check_pow2("acc_rows", acc_rows, 2, 4096)
@@ -155,13 +170,14 @@ class CoalescedUpdate(wiring.Component):
         if acc_lines is None:
             acc_lines = acc_rows << (max_items - 1).bit_length()
         self._acc_lines = check_pow2("acc_lines", acc_lines, max(2, self._max_items), 1 << 16)
-        self._apply_lines = check_pow2("apply_lines", apply_lines, 4, 1024)
+        self._fetch_lines = check_pow2("fetch_lines", fetch_lines, 4, 1024)
         super().__init__({
             "i_ctrl": In(ctrl_layout(addr_width)),
             "i_items": In(stream.Signature(ITEM)),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
             "o_done": Out(stream.Signature(DONE)),
+            "init": Out(1),
         })
 
     addr_width = property(lambda self: self._addr_width)
@@ -169,22 +185,24 @@ class CoalescedUpdate(wiring.Component):
     acc_rows = property(lambda self: self._acc_rows)
     max_items = property(lambda self: self._max_items)
     acc_lines = property(lambda self: self._acc_lines)
-    apply_lines = property(lambda self: self._apply_lines)
+    fetch_lines = property(lambda self: self._fetch_lines)
 
     def elaborate(self, platform):
         m = Module()
         aw = self._addr_width
         entry_bits = (self._acc_rows - 1).bit_length()
-        slot_bits = entry_bits + 1
         acc_bits = (self._acc_lines - 1).bit_length()
-        # A slot: its row and the row's first sum line (its entry's lines follow).
+        # A slot: its row and the row's first sum line (its entry's lines follow); a
+        # bucket: two slots.
         slot_layout = data.StructLayout({"valid": 1, "row": 32, "base": acc_bits})
-        entry_layout = data.StructLayout({"row": 32, "slot": slot_bits, "base": acc_bits})
+        bucket_layout = data.ArrayLayout(slot_layout, 2)
+        entry_layout = data.StructLayout({"row": 32, "bucket": entry_bits,
+                                          "base": acc_bits})
 
-        m.submodules.slots = slots = Memory(shape=slot_layout, depth=2 * self._acc_rows,
-                                            init=[])
-        slot_w = slots.write_port()
-        slot_r = slots.read_port(transparent_for=(slot_w,))
+        m.submodules.buckets = buckets = Memory(shape=bucket_layout, depth=self._acc_rows,
+                                                init=[])
+        slot_w = buckets.write_port()
+        slot_r = buckets.read_port(transparent_for=(slot_w,))
         m.submodules.entries = entries = Memory(shape=entry_layout, depth=self._acc_rows,
                                                 init=[])
         entry_w = entries.write_port()
@@ -192,10 +210,16 @@ class CoalescedUpdate(wiring.Component):
         m.submodules.sums = sums = Memory(shape=LINE_BITS, depth=self._acc_lines, init=[])
         sum_w = sums.write_port()
         sum_r = sums.read_port(transparent_for=(sum_w,))
+        # The distinct rows' lines, read from PMEM while the accumulation runs: table
+        # line ``j`` of the row whose sums start at ``base`` at ``base + j``.
+        m.submodules.row_buf = row_buf = Memory(shape=LINE_BITS, depth=self._acc_lines,
+                                                init=[])
+        buf_w = row_buf.write_port()
+        buf_r = row_buf.read_port()
 
         items, axi = self.i_items, self.pmem
         # The staged item (``item``): taken from ``i_items`` into a register while the
-        # home slot of its row is read, so the lookup of a line-0 item overlaps the
+        # home bucket of its row is read, so the lookup of a line-0 item overlaps the
         # previous item's issue.
         item = Signal(ITEM)
         staged = Signal()
@@ -212,7 +236,7 @@ class CoalescedUpdate(wiring.Component):
         base = Signal(acc_bits)                     # the first sum line of the index passing
         fresh = Signal()                            # ... its first occurrence
         drop = Signal()                             # ... dropped (overflow)
-        probe = Signal(slot_bits)                   # the slot being read
+        probe = Signal(entry_bits)                  # the bucket being read
         with m.If(take):
             m.d.sync += [ctrl.eq(self.i_ctrl), item.eq(items.p)]
 
@@ -236,6 +260,18 @@ class CoalescedUpdate(wiring.Component):
         acc_busy = Signal()
         m.d.comb += acc_busy.eq(Cat(*valid[1:]).any())
 
+        # --- prefetch: each new row's lines read into the row buffer during accumulation
+        row_q_layout = data.StructLayout({"addr": aw, "base": acc_bits})
+        m.submodules.fetch_q = fetch_q = SyncFIFOBuffered(width=row_q_layout.size, depth=4)
+        # Per burst in flight (beats return in order: AXI ID 0), its first row-buffer
+        # line, its beats less one, and whether it ends its row.
+        lq_layout = data.StructLayout({"base": acc_bits, "len": 6, "row_end": 1})
+        m.submodules.line_q = line_q = SyncFIFOBuffered(width=lq_layout.size,
+                                                        depth=self._fetch_lines)
+        fetched = Signal(entry_bits + 1)            # entries whose lines are all buffered
+        fetching = Signal()
+        m.d.comb += fetching.eq(fetch_q.level.any() | line_q.level.any())
+
         # One bank of adders serves both phases (accumulation and apply never overlap:
         # apply starts once the accumulation has drained, and the next descriptor's
         # items only after apply).
@@ -258,26 +294,24 @@ class CoalescedUpdate(wiring.Component):
             sum_w.en.eq(valid[_ACC_WRITE]),
         ]
 
-        # --- apply: entries walked into a row queue, lines read, summed, written
-        row_q_layout = data.StructLayout({"addr": aw, "base": acc_bits})
+        # --- apply: entries walked into a row queue, each unit summed and written
         m.submodules.row_q = row_q = SyncFIFOBuffered(width=row_q_layout.size, depth=4)
-        line_layout = data.StructLayout({"addr": aw, "base": acc_bits, "line": 7})
-        m.submodules.line_q = line_q = SyncFIFOBuffered(width=line_layout.size,
-                                                        depth=self._apply_lines)
-        m.submodules.r_q = r_q = SyncFIFOBuffered(width=LINE_BITS, depth=self._apply_lines)
         wq_layout = data.StructLayout({"addr": aw, "data": LINE_BITS})
         m.submodules.w_q = w_q = SyncFIFOBuffered(width=wq_layout.size, depth=_WQ_DEPTH)
 
         walk = Signal(entry_bits + 1)               # the entry the walk reads
-        walk_data = Signal()                        # entry_r.data is ``walk``'s
         walking = Signal()
-        row_base = Signal(aw)
-        m.d.comb += row_base.eq(ctrl.table_base
-                                + ((entry_r.data.row * ctrl.lines_per_row)[:aw] << 6)[:aw])
+        advance = Signal()                          # the walk moves to the next entry
+        def row_addr(row):
+            """The first byte of ``row`` of the descriptor's table."""
+            return (ctrl.table_base + ((row * ctrl.lines_per_row)[:aw] << 6)[:aw])[:aw]
+
+        row_base = Signal(aw)                       # the staged item's row's first byte
+        m.d.comb += row_base.eq(row_addr(item.row))
 
         # --- the control
         ar_line = Signal(7)
-        owed = Signal(range(2 * _WQ_DEPTH + self._apply_lines + 2))  # AWs without a B
+        owed = Signal(range(2 * _WQ_DEPTH + 2))     # AWs without a B
         aw_taken = axi.awvalid & axi.awready
         b_taken = axi.bvalid & axi.bready
         m.d.sync += owed.eq(owed + aw_taken - b_taken)
@@ -286,23 +320,25 @@ class CoalescedUpdate(wiring.Component):
 
         with m.FSM(init="CLEAR"):
             with m.State("CLEAR"):
-                # After reset: every slot invalid.
-                m.d.comb += [slot_w.addr.eq(probe), slot_w.data.eq(0), slot_w.en.eq(1)]
+                # After reset: every slot of every bucket invalid.
+                m.d.comb += [self.init.eq(1),
+                             slot_w.addr.eq(probe), slot_w.data.eq(0), slot_w.en.eq(1)]
                 m.d.sync += probe.eq(probe + 1)
-                with m.If(probe == 2 * self._acc_rows - 1):
+                with m.If(probe == self._acc_rows - 1):
                     m.next = "RUN"
 
             with m.State("RUN"):
                 # The staged item retires (issued, dropped or ignored) unless it must
                 # wait; a new item is taken when the stage is free or retiring (not
-                # after a ``last``), and a line-0 item's home slot is read as it is taken.
+                # after a ``last``), and a line-0 item's home bucket is read as it is
+                # taken.
                 retire = Signal()
                 m.d.comb += [
                     items.ready.eq(~staged | (retire & ~item.last)),
-                    slot_r.addr.eq(_hash(items.p.row, slot_bits)),
+                    slot_r.addr.eq(_hash(items.p.row, entry_bits)),
                 ]
                 with m.If(take):
-                    m.d.sync += [staged.eq(1), probe.eq(_hash(items.p.row, slot_bits))]
+                    m.d.sync += [staged.eq(1), probe.eq(_hash(items.p.row, entry_bits))]
                 with m.Elif(retire):
                     m.d.sync += staged.eq(0)
                 with m.If(retire & item.last):
@@ -315,21 +351,32 @@ class CoalescedUpdate(wiring.Component):
                     m.d.comb += [issue_base.eq(base), issue_fresh.eq(fresh),
                                  retire.eq(~hazard), issue.eq(~hazard & ~drop)]
                 with m.Elif(staged):
-                    # ``slot_r.data`` is slot ``probe``: a hit, another row's (read the
-                    # next slot) or free (the row takes entry ``count``, or is dropped if
-                    # none is left).
-                    slot = slot_r.data
-                    hit = slot.valid & (slot.row == item.row)
-                    alloc = (~slot.valid & ~overflow & (count != self._acc_rows)
+                    # ``slot_r.data`` is bucket ``probe``: a hit in either slot, both
+                    # slots other rows' (read the next bucket) or a free slot (the row
+                    # takes entry ``count`` and the first free slot, or is dropped if no
+                    # entry is left).
+                    bucket = slot_r.data
+                    hits = [bucket[k].valid & (bucket[k].row == item.row) for k in range(2)]
+                    hit = hits[0] | hits[1]
+                    free = ~bucket[0].valid | ~bucket[1].valid
+                    alloc = (free & ~hit & ~overflow & (count != self._acc_rows)
                              & (lines_used + items_per_row <= self._acc_lines))
-                    with m.If(slot.valid & ~hit):
+                    # The bucket with the row put into its first free slot.
+                    filled = Signal(bucket_layout)
+                    new_slot = Cat(C(1, 1), item.row, lines_used[:acc_bits])
+                    m.d.comb += filled.eq(Mux(~bucket[0].valid,
+                                              Cat(new_slot, bucket[1].as_value()),
+                                              Cat(bucket[0].as_value(), new_slot)))
+                    with m.If(~free & ~hit):
                         m.d.comb += slot_r.addr.eq(probe + 1)
                         m.d.sync += probe.eq(probe + 1)
                     with m.Else():
-                        new_base = Mux(hit, slot.base, lines_used[:acc_bits])
+                        new_base = Mux(hits[0], bucket[0].base,
+                                       Mux(hits[1], bucket[1].base, lines_used[:acc_bits]))
+                        wait = hazard | (alloc & ~fetch_q.w_rdy)
                         m.d.comb += [issue_base.eq(new_base), issue_fresh.eq(alloc),
-                                     retire.eq(~hazard), issue.eq(~hazard & (hit | alloc))]
-                        with m.If(hazard):
+                                     retire.eq(~wait), issue.eq(~wait & (hit | alloc))]
+                        with m.If(wait):
                             m.d.comb += slot_r.addr.eq(probe)       # read it again
                         with m.Else():
                             m.d.sync += [base.eq(new_base), fresh.eq(alloc),
@@ -339,33 +386,34 @@ class CoalescedUpdate(wiring.Component):
                             with m.If(alloc):
                                 m.d.comb += [
                                     slot_w.addr.eq(probe), slot_w.en.eq(1),
-                                    slot_w.data.valid.eq(1), slot_w.data.row.eq(item.row),
-                                    slot_w.data.base.eq(lines_used),
+                                    slot_w.data.eq(filled),
                                     entry_w.addr.eq(count[:entry_bits]), entry_w.en.eq(1),
-                                    entry_w.data.row.eq(item.row), entry_w.data.slot.eq(probe),
+                                    entry_w.data.row.eq(item.row), entry_w.data.bucket.eq(probe),
                                     entry_w.data.base.eq(lines_used),
+                                    fetch_q.w_en.eq(1),
                                 ]
                                 m.d.sync += [count.eq(count + 1),
                                              lines_used.eq(lines_used + items_per_row)]
 
             with m.State("DRAIN"), m.If(~acc_busy):
-                m.d.sync += [walk.eq(0), walk_data.eq(0)]
                 m.next = "APPLY"
 
             with m.State("APPLY"):
-                # Walk the entries: clear each one's slot and queue its row (none on
+                # Walk the entries: clear each one's bucket (every valid slot belongs to
+                # an entry, so clearing both is right) and queue its row (none on
                 # overflow); wait until every line is written and every B back.
-                m.d.comb += [applying.eq(1), walking.eq(walk != count),
-                             entry_r.addr.eq(walk)]
-                with m.If(walking & ~walk_data):
-                    m.d.sync += walk_data.eq(1)
-                with m.If(walking & walk_data & (row_q.w_rdy | overflow)):
+                # ``entry_r`` is presented the entry after ``walk`` as the walk
+                # advances, so it holds ``walk``'s entry in every cycle (one row per
+                # cycle).
+                m.d.comb += [applying.eq(1), walking.eq(walk != count)]
+                with m.If(walking & ((row_q.w_rdy & (walk < fetched)) | overflow)):
                     m.d.comb += [
-                        slot_w.addr.eq(entry_r.data.slot), slot_w.data.eq(0), slot_w.en.eq(1),
+                        advance.eq(1),
+                        slot_w.addr.eq(entry_r.data.bucket), slot_w.data.eq(0), slot_w.en.eq(1),
                         row_q.w_en.eq(~overflow),
                     ]
-                    m.d.sync += [walk.eq(walk + 1), walk_data.eq(0)]
-                with m.If(~walking & ~apply_busy & (owed == 0)):
+                    m.d.sync += walk.eq(walk + 1)
+                with m.If(~walking & ~apply_busy & (owed == 0) & ~fetching):
                     m.next = "DONE"
 
             with m.State("DONE"):
@@ -375,89 +423,115 @@ class CoalescedUpdate(wiring.Component):
                              self.o_done.p.overflow.eq(overflow)]
                 with m.If(self.o_done.ready):
                     m.d.sync += [count.eq(0), lines_used.eq(0), updates.eq(0), overflow.eq(0),
-                                 drop.eq(0)]
+                                 drop.eq(0), walk.eq(0), fetched.eq(0)]
                     m.next = "RUN"
 
-        rq = data.View(row_q_layout, row_q.r_data)
-        m.d.comb += [row_q.w_data.eq(Cat(row_base, entry_r.data.base))]
-
-        # AR: the head row's lines, one single-beat burst each, while the line queue
-        # has room (it bounds the reads in flight and the R queue's fill).
-        lq_in = Signal(line_layout)
+        # Prefetch AR: the head row's lines in one burst, or two where the row crosses a
+        # 4 KiB boundary, while the line queue has room (it bounds the bursts in
+        # flight); R beats go to the row buffer.
+        fq = data.View(row_q_layout, fetch_q.r_data)
+        ar_addr = Signal(aw)
+        to_page = Signal(7)                         # lines from ``ar_addr`` to 4 KiB
+        left = Signal(7)                            # lines of the row not yet asked for
+        beats = Signal(7)
         m.d.comb += [
-            lq_in.addr.eq(rq.addr + (ar_line << 6)),
-            lq_in.base.eq(rq.base),
-            lq_in.line.eq(ar_line),
-            axi.arvalid.eq(row_q.r_rdy & line_q.w_rdy),
-            axi.araddr.eq(lq_in.addr),
+            ar_addr.eq(fq.addr + (ar_line << 6)),
+            to_page.eq(64 - ar_addr[6:12]),
+            left.eq(ctrl.lines_per_row - ar_line),
+            beats.eq(Mux(left < to_page, left, to_page)),
+            fetch_q.w_data.eq(Cat(row_base, lines_used[:acc_bits])),
+            axi.arvalid.eq(fetch_q.r_rdy & line_q.w_rdy),
+            axi.araddr.eq(ar_addr),
             axi.arid.eq(0),
-            axi.arlen.eq(0),
+            axi.arlen.eq(beats - 1),
             axi.arsize.eq(_SIZE_LINE),
             axi.arburst.eq(AxiBurst.INCR),
-            line_q.w_data.eq(lq_in),
+            line_q.w_data.eq(Cat((fq.base + ar_line)[:acc_bits], (beats - 1)[:6],
+                                 beats == left)),
             line_q.w_en.eq(axi.arvalid & axi.arready),
         ]
         with m.If(axi.arvalid & axi.arready):
-            with m.If(ar_line == ctrl.lines_per_row - 1):
-                m.d.comb += row_q.r_en.eq(1)
+            with m.If(beats == left):
+                m.d.comb += fetch_q.r_en.eq(1)
                 m.d.sync += ar_line.eq(0)
             with m.Else():
-                m.d.sync += ar_line.eq(ar_line + 1)
+                m.d.sync += ar_line.eq(ar_line + beats)
+        lq = data.View(lq_layout, line_q.r_data)
+        r_beat = Signal(6)                          # the beat of the head burst
+        r_taken = axi.rvalid & axi.rready
         m.d.comb += [
-            r_q.w_data.eq(axi.rdata),
-            r_q.w_en.eq(axi.rvalid),
-            axi.rready.eq(r_q.w_rdy),
+            axi.rready.eq(line_q.r_rdy),
+            buf_w.addr.eq(lq.base + r_beat),
+            buf_w.data.eq(axi.rdata),
+            buf_w.en.eq(r_taken),
         ]
+        with m.If(r_taken):
+            with m.If(r_beat == lq.len):
+                m.d.comb += line_q.r_en.eq(1)
+                m.d.sync += r_beat.eq(0)
+                with m.If(lq.row_end):
+                    m.d.sync += fetched.eq(fetched + 1)
+            with m.Else():
+                m.d.sync += r_beat.eq(r_beat + 1)
+
+        # The walk: ``entry_r`` presented the entry after ``walk`` as the walk advances.
+        rq = data.View(row_q_layout, row_q.r_data)
+        walk_addr = Signal(aw)                      # the first byte of ``walk``'s row
+        m.d.comb += walk_addr.eq(row_addr(entry_r.data.row))
+        m.d.comb += [entry_r.addr.eq(walk + advance),
+                     row_q.w_data.eq(Cat(walk_addr, entry_r.data.base))]
 
         # Units: one per fp32 line, two (halves) per bf16 line; unit u of a row has
-        # elements 16u .. 16u + 15 in both cases and sums line ``base + u``.
-        head = data.View(line_layout, line_q.r_data)
-        half = Signal()
-        unit_last = Signal()
-        m.d.comb += unit_last.eq(~ctrl.bf16 | half)
+        # elements 16u .. 16u + 15 in both cases and sums line ``base + u``; its table
+        # line (``u``, or ``u // 2`` for bf16) is at ``base`` + that line in the buffer.
+        unit = Signal(8)
+        unit_line = Signal(7)
+        m.d.comb += unit_line.eq(Mux(ctrl.bf16, unit[1:], unit))
         p_valid = [Signal(name=f"p{k}_valid") for k in range(_APPLY_DEPTH + 1)]
-        p_layout = data.StructLayout({"addr": aw, "unit": 8, "last": 1, "old": LINE_BITS})
+        p_layout = data.StructLayout({"addr": aw, "unit": 8, "last": 1})
         p = [Signal(p_layout, name=f"p{k}") for k in range(_APPLY_DEPTH + 1)]
+        # The row line read for a unit: from the buffer at position 1, then carried.
+        olds = [None, buf_r.data] + [Signal(LINE_BITS, name=f"p{k}_old")
+                                     for k in range(2, _APPLY_DEPTH + 1)]
         # Units in the pipeline, each counted as a line the write queue must take.
         in_pipe = Signal(range(_APPLY_DEPTH + 2))
         m.d.comb += in_pipe.eq(sum(p_valid[1:]))
         go = Signal()
-        m.d.comb += go.eq(line_q.r_rdy & r_q.r_rdy & (w_q.level + in_pipe < _WQ_DEPTH - 1))
-        unit = Signal(8)
-        m.d.comb += unit.eq(Mux(ctrl.bf16, Cat(half, head.line), head.line))
+        m.d.comb += go.eq(row_q.r_rdy & (w_q.level + in_pipe < _WQ_DEPTH - 1))
         m.d.comb += [
             p_valid[0].eq(go),
-            p[0].addr.eq(head.addr),
+            p[0].addr.eq(rq.addr + (unit_line << 6)),
             p[0].unit.eq(unit),
-            p[0].last.eq(unit_last),
-            p[0].old.eq(r_q.r_data),
-            sum_r.addr.eq(Mux(applying, head.base + unit,
-                              meta[_ACC_READ].addr)),
+            p[0].last.eq(~ctrl.bf16 | unit[0]),
+            sum_r.addr.eq(Mux(applying, rq.base + unit, meta[_ACC_READ].addr)),
+            buf_r.addr.eq(rq.base + unit_line),
         ]
         with m.If(go):
-            with m.If(unit_last):
-                m.d.comb += [line_q.r_en.eq(1), r_q.r_en.eq(1)]
-                m.d.sync += half.eq(0)
+            with m.If(unit == items_per_row - 1):
+                m.d.comb += row_q.r_en.eq(1)
+                m.d.sync += unit.eq(0)
             with m.Else():
-                m.d.sync += half.eq(1)
+                m.d.sync += unit.eq(unit + 1)
         for k in range(_APPLY_DEPTH):
             m.d.sync += [p_valid[k + 1].eq(p_valid[k]), p[k + 1].eq(p[k])]
-        m.d.comb += apply_busy.eq(walking | row_q.level.any() | line_q.level.any()
-                                  | r_q.level.any() | Cat(*p_valid[1:]).any()
+        for k in range(1, _APPLY_DEPTH):
+            m.d.sync += olds[k + 1].eq(olds[k])
+        m.d.comb += apply_busy.eq(walking | row_q.level.any() | Cat(*p_valid[1:]).any()
                                   | w_q.level.any())
 
         # The adders: accumulation at its position _MUL_STAGES (fresh + product, or sum
         # + product), apply at its position 1 (widen(old) + sum, the sums read at 0).
         rnds = [Fp32ToBf16() for _ in range(LINE_ELEMS)]
         one = p[1]
+        one_old = olds[1]
         one_half = one.unit[0]
         for e in range(LINE_ELEMS):
             m.submodules[f"round{e}"] = rnds[e]
             lane = slice(32 * e, 32 * e + 32)
-            old16 = Mux(one_half, one.old[256 + 16 * e:256 + 16 * e + 16],
-                        one.old[16 * e:16 * e + 16])
+            old16 = Mux(one_half, one_old[256 + 16 * e:256 + 16 * e + 16],
+                        one_old[16 * e:16 * e + 16])
             acc_a = Mux(fresh_at[_MUL_STAGES], C(_NEG_ZERO, 32), sum_r.data[lane])
-            apply_a = Mux(ctrl.bf16, Cat(C(0, 16), old16), one.old[lane])
+            apply_a = Mux(ctrl.bf16, Cat(C(0, 16), old16), one_old[lane])
             m.d.comb += [
                 adds[e].i_operands.valid.eq(Mux(applying, p_valid[1], valid[_MUL_STAGES])),
                 adds[e].i_operands.p.a.eq(Mux(applying, apply_a, acc_a)),
@@ -473,6 +547,7 @@ class CoalescedUpdate(wiring.Component):
         m.d.sync += total_late.eq(total)
         narrow = Cat(*(u.o_result.payload for u in rnds))
         fin = p[_APPLY_DEPTH]
+        fin_old = olds[_APPLY_DEPTH]
         fin_half = fin.unit[0]
         # Lane ``e`` of unit ``u`` is element ``16u + e``: past ``dim`` it keeps its bits.
         keep = Signal(LINE_ELEMS)
@@ -480,14 +555,14 @@ class CoalescedUpdate(wiring.Component):
                                   for e in range(LINE_ELEMS))))
         out_line = Signal(LINE_BITS)                # the line being assembled
         line_now = Signal(LINE_BITS)
-        fp32_line = Cat(*(Mux(keep[e], fin.old[32 * e:32 * e + 32], total_late[32 * e:32 * e + 32])
+        fp32_line = Cat(*(Mux(keep[e], fin_old[32 * e:32 * e + 32], total_late[32 * e:32 * e + 32])
                           for e in range(LINE_ELEMS)))
-        bf16_half = Cat(*(Mux(keep[e], Mux(fin_half, fin.old[256 + 16 * e:256 + 16 * e + 16],
-                                          fin.old[16 * e:16 * e + 16]),
+        bf16_half = Cat(*(Mux(keep[e], Mux(fin_half, fin_old[256 + 16 * e:256 + 16 * e + 16],
+                                          fin_old[16 * e:16 * e + 16]),
                               narrow[16 * e:16 * e + 16]) for e in range(LINE_ELEMS)))
         m.d.comb += line_now.eq(Mux(ctrl.bf16,
                                     Mux(fin_half, Cat(out_line[:256], bf16_half),
-                                        Cat(bf16_half, fin.old[256:])),
+                                        Cat(bf16_half, fin_old[256:])),
                                     fp32_line))
         with m.If(p_valid[_APPLY_DEPTH]):
             m.d.sync += out_line.eq(line_now)

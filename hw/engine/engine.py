@@ -63,10 +63,10 @@ class Engine(wiring.Component):
     :class:`~.bag_sequencer.BagSequencer` s check them and emit their rows, merged in
     ring order with each descriptor's settings. :class:`~.row_fork.RowFork` passes the
     rows to :class:`~.row_gather.RowGather` and, for a LOOKUP, its lines to
-    :class:`~.pool_reduce.PoolReduce`; for an UPDATE the rows go both to
+    :class:`~.pool_reduce.PoolReduce`; for an UPDATE the rows go only to
     :class:`~.grad_feed.GradFeed`, whose gradient items feed
-    :class:`~.scatter_update.ScatterUpdate`, and to the gather, which reads the rows
-    ahead into the update's cache (counted rows only, never captured);
+    :class:`~.coalesced_update.CoalescedUpdate` (it sums them per distinct row and
+    reads and writes each distinct row once itself);
     :class:`~.completion.Completion` writes the pooled vectors and the completion
     records in ring order and advances the head. The checkpoint control drives the
     :class:`~hw.ckpt.logger.UndoLogger`, :class:`~hw.ckpt.recovery.Recovery` and the
@@ -115,8 +115,9 @@ class Engine(wiring.Component):
         Descriptors completed.
     o_undo : ``Out(stream.Signature(UNDO))``
         LOOKUP's undo capture (:class:`~.row_gather.RowGather`).
-    busy, in_flight, serial, undo_stall : ``Out``
-        ``ENG_STATUS`` fields (``serial``: a COMMIT or FENCE is outstanding).
+    busy, in_flight, serial, undo_stall, init : ``Out``
+        ``ENG_STATUS`` fields (``serial``: a COMMIT or FENCE is outstanding; ``init``:
+        the coalesced UPDATE clears its slot table after reset).
     err_desc, err_seq, err_info, err_overrun, err_pmem : ``Out``
         ``ENG_ERR`` sets and the capture values.
     ev_desc_done, ev_line_gathered, ev_bag_pooled, ev_upd_line_written,
@@ -146,6 +147,7 @@ class Engine(wiring.Component):
             "in_flight": Out(8),
             "serial": Out(1),
             "undo_stall": Out(1),
+            "init": Out(1),
             "err_desc": Out(1),
             "err_seq": Out(32),
             "err_info": Out(16),
@@ -210,7 +212,7 @@ class Engine(wiring.Component):
         m.submodules.scatter = scatter = CoalescedUpdate(
             addr_width=aw, id_width=id_width, acc_rows=cfg.update_acc_rows,
             max_items=max_lines, acc_lines=cfg.update_acc_lines,
-            apply_lines=cfg.gather_rob_lines)
+            fetch_lines=cfg.gather_rob_lines)
         m.submodules.completion = comp = Completion(addr_width=aw, id_width=id_width)
         m.submodules.status_q = status_q = SyncFIFOBuffered(width=STATUS.size, depth=_QUEUE)
         m.submodules.logger = logger = UndoLogger(
@@ -331,6 +333,7 @@ class Engine(wiring.Component):
         update, scatter_ctrl = seqs.update, scatter.i_ctrl
         m.d.comb += [
             grad.start.eq(seqs.update_start),
+            grad.checked.eq(seqs.update_checked),
             grad.data_addr.eq(update.data_addr),
             grad.num_bags.eq(update.num_bags),
             grad.glines.eq(update.glines),
@@ -359,6 +362,7 @@ class Engine(wiring.Component):
             self.in_flight.eq(outstanding),
             self.serial.eq(dispatch.serial),
             self.undo_stall.eq(gather.undo_stall),
+            self.init.eq(scatter.init),
             self.err_desc.eq(comp.complete & comp.status.any()),
             self.err_seq.eq(comp.seq),
             self.err_info.eq(Cat(comp.status, comp.kind)),

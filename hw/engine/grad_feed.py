@@ -26,8 +26,9 @@ class GradFeed(wiring.Component):
     (counted rows in index order, a lone item per empty bag). Bag ``b``'s fp32
     gradient is ``glines`` lines at ``data_addr + b * glines * 64``
     (``docs/embedding.md``), so the bags' gradients are one sequential run of
-    ``num_bags * glines`` lines. From the first row on (the sequencer has checked the
-    descriptor by then) that run is read ahead into a ring of ``ring_lines`` lines
+    ``num_bags * glines`` lines. Once the sequencer has checked the descriptor
+    (``checked``, or the first row at the latest) that run is read ahead into a ring
+    of ``ring_lines`` lines
     (single-beat reads, AXI ID 0, in order, as many in flight as the ring has room).
     Every counted row of a bag then becomes ``items`` items ``line = 0 .. items - 1``
     carrying gradient line ``line`` (zero past ``glines``: the bf16 padding of
@@ -38,10 +39,11 @@ class GradFeed(wiring.Component):
     ends the descriptor, so the update applies its sums and reports.
 
     Rate: one item per cycle through the rows of a bag (the ring is read a cycle ahead
-    of each item); a bag's first row adds two cycles (taking the row, then the ring
-    read). The first bag waits one PMEM read latency; later bags find their lines read
-    ahead as long as the ring covers the read latency (``ring_lines`` lines per
-    latency).
+    of each item), and on into the next bag's first row when that bag's lines are in
+    the ring; otherwise (and after an empty bag) a bag's first row adds two cycles
+    (taking the row, then the ring read). The first bag waits one PMEM read latency;
+    later bags find their lines read ahead as long as the ring covers the read latency
+    (``ring_lines`` lines per latency).
 
     Members
     -------
@@ -51,6 +53,8 @@ class GradFeed(wiring.Component):
         The UPDATE's gradient buffer, its bags, gradient lines per bag
         (1..``max_glines``) and items per counted row (table lines, twice that for
         bf16).
+    checked : ``In(1)``
+        The UPDATE passed its checks: the read-ahead may start before its first row.
     finish : ``In(1)``
         Pulse once the UPDATE's rows have all been taken from ``i_rows``.
     i_rows : ``In(stream.Signature(ROW))``
@@ -71,6 +75,7 @@ class GradFeed(wiring.Component):
             "num_bags": In(32),
             "glines": In(9),
             "items": In(9),
+            "checked": In(1),
             "finish": In(1),
             "i_rows": In(stream.Signature(ROW)),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
@@ -98,7 +103,7 @@ class GradFeed(wiring.Component):
         req = Signal(rb + 1)
         rcv = Signal(rb + 1)
         cons = Signal(rb + 1)
-        pf_on = Signal()                # reading ahead (from the first row on)
+        pf_on = Signal()                # reading ahead (once checked, or the first row)
         pf_addr = Signal(aw)
         pf_bag = Signal(32)             # bag of the next line to request
         pf_line = Signal(9)             # ... and its line
@@ -107,7 +112,8 @@ class GradFeed(wiring.Component):
         fin = Signal()
 
         held = Signal(rb + 1)           # lines received and not released
-        m.d.comb += held.eq(rcv - cons)
+        after = Signal(rb + 1)          # ... of them past the current bag's
+        m.d.comb += [held.eq(rcv - cons), after.eq(held - self.glines[:rb + 1])]
         ar = Signal()
         # The reads go on after ``finish`` (the last bag may still want its lines), but
         # not in FINISH: every bag has had its row by then, so every line was asked for.
@@ -118,6 +124,8 @@ class GradFeed(wiring.Component):
         with m.If(self.start):
             m.d.sync += [pf_addr.eq(self.data_addr), pf_bag.eq(0), pf_line.eq(0),
                          req.eq(0), rcv.eq(0), cons.eq(0), pf_on.eq(0)]
+        with m.If(self.checked & ~fin):
+            m.d.sync += pf_on.eq(1)
 
         m.d.comb += [
             axi.arvalid.eq(ar),
@@ -187,10 +195,17 @@ class GradFeed(wiring.Component):
                 m.d.comb += [out.valid.eq(1), read_at.eq(cons + j)]
                 with m.If(out.ready):
                     with m.If((j + 1)[:9] == self.items):
-                        # A next row of the same bag (not its first) goes on at once.
+                        # A next row of the same bag (not its first) goes on at once, and
+                        # so does the next bag's first row if its lines have arrived.
                         same_bag = rows.valid & ~rows.p.empty_bag & rows.p.row_k.any()
+                        next_bag = (rows.valid & ~rows.p.empty_bag & ~rows.p.row_k.any()
+                                    & row.last_row & (after >= self.glines[:rb + 1]))
                         with m.If(same_bag):
                             m.d.comb += [rows.ready.eq(1), read_at.eq(cons)]
+                            m.d.sync += [row.eq(rows.p), j.eq(0)]
+                        with m.Elif(next_bag):
+                            release_bag(m)
+                            m.d.comb += [rows.ready.eq(1), read_at.eq(cons + self.glines)]
                             m.d.sync += [row.eq(rows.p), j.eq(0)]
                         with m.Else():
                             with m.If(row.last_row):

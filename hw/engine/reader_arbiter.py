@@ -5,7 +5,7 @@ See :class:`ReaderArbiter`.
 
 from __future__ import annotations
 
-from amaranth.hdl import C, Cat, Module
+from amaranth.hdl import C, Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,8 +19,12 @@ __all__ = ["ReaderArbiter"]
 
 class ReaderArbiter(wiring.Component):
     """Grants the burst requests of ``readers`` buffer readers onto one AXI read port
-    in fixed priority (reader 0 first) and routes each R beat back by its ID: reader
-    ``k``'s bursts carry ``arid = k``, so the bursts of one reader return in order.
+    in round-robin order (the first requesting reader after the last one granted,
+    cyclically; reader 0 first after reset) and routes each R beat back by its ID:
+    reader ``k``'s bursts carry ``arid = k``, so the bursts of one reader return in
+    order. Round robin lets readers that start together each get their first burst
+    out before any of them takes a second (the bag sequencer's rows need the first
+    lines of several buffers).
 
     **Latency, throughput, backpressure.** The AR channel is a register loaded on
     ``~arvalid | arready``: a request is granted in the cycle it is loaded, so a burst
@@ -81,17 +85,25 @@ class ReaderArbiter(wiring.Component):
             pmem.rready.eq(1),
             pmem.bready.eq(1),
         ]
+        n = self._readers
+        last = Signal(max(1, (n - 1).bit_length()), init=n - 1)   # the last granted
         with m.If(~pmem.arvalid | pmem.arready):
             m.d.sync += pmem.arvalid.eq(0)
-            for k, reader in enumerate(readers):
-                with (m.If if k == 0 else m.Elif)(reader.req):
-                    m.d.comb += reader.grant.eq(1)
-                    m.d.sync += [
-                        pmem.arvalid.eq(1),
-                        pmem.arid.eq(k),
-                        pmem.araddr.eq(Cat(C(0, LINE_SHIFT), reader.line)),
-                        pmem.arlen.eq(reader.len),
-                    ]
+            with m.Switch(last):
+                for r in range(n):
+                    with m.Case(r):
+                        for i in range(n):
+                            k = (r + 1 + i) % n
+                            reader = readers[k]
+                            with (m.If if i == 0 else m.Elif)(reader.req):
+                                m.d.comb += reader.grant.eq(1)
+                                m.d.sync += [
+                                    last.eq(k),
+                                    pmem.arvalid.eq(1),
+                                    pmem.arid.eq(k),
+                                    pmem.araddr.eq(Cat(C(0, LINE_SHIFT), reader.line)),
+                                    pmem.arlen.eq(reader.len),
+                                ]
         for k, reader in enumerate(readers):
             m.d.comb += [reader.r.valid.eq(pmem.rvalid & (pmem.rid == k)),
                          reader.r.payload.eq(pmem.rdata)]

@@ -86,6 +86,8 @@ class SequencerPool(wiring.Component):
     o_status : ``Out(stream.Signature(STATUS))``
     update : ``Out(update_layout(addr_width))``
     update_start : ``Out(1)``
+    update_checked : ``Out(1)``
+        The running UPDATE has passed its checks (its sequencer emits its rows).
     i_update_done : ``In(1)``
         The running UPDATE's writes are durable (one cycle).
     pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
@@ -107,6 +109,7 @@ class SequencerPool(wiring.Component):
             "o_status": Out(stream.Signature(STATUS)),
             "update": Out(update_layout(addr_width)),
             "update_start": Out(1),
+            "update_checked": Out(1),
             "i_update_done": In(1),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
@@ -156,12 +159,13 @@ class SequencerPool(wiring.Component):
         cur = Signal(Descriptor)        # the descriptor of the turn's sequencer
         held = Signal()                 # the turn's sequencer holds it
         opened = Signal()               # the turn's rows and status may go on
+        passed = Signal()               # the turn's sequencer passed its checks
         upd_running = Signal()          # an UPDATE's rows went on; its writes not durable
         rows, status = self.o_rows, self.o_status
         for k, s in enumerate(seqs):
             with m.If(turn == k):
                 m.d.comb += [
-                    cur.eq(s_desc[k]), held.eq(~s.i_desc.ready),
+                    cur.eq(s_desc[k]), held.eq(~s.i_desc.ready), passed.eq(s.passed),
                     rows.valid.eq(s.o_rows.valid & opened),
                     rows.p.row.eq(s.o_rows.payload),
                     s.o_rows.ready.eq(rows.ready & opened),
@@ -170,6 +174,7 @@ class SequencerPool(wiring.Component):
                     s.o_status.ready.eq(status.ready & opened),
                 ]
         cur_update = cur.kind == DescKind.UPDATE.value
+        m.d.comb += self.update_checked.eq(opened & cur_update & passed)
         upd = Signal(Descriptor)        # the UPDATE whose items the scatter applies
         m.d.sync += self.update_start.eq(0)
         with m.If(held & ~opened & ~upd_running):
