@@ -6,10 +6,11 @@ granted or, now and then, withdrawing it (as a flushed reader does); AR has rand
 backpressure, and R beats with random IDs arrive with random idle cycles. Checked
 against the contract: in each cycle the AR register is free (``~arvalid | arready``)
 the first requesting reader after the last one granted (cyclically, reader 0 first
-after reset), and only it, is granted, and no reader while it is busy; the AR transfers are the granted bursts in grant order (``arid`` the reader,
-``araddr`` its line, ``arlen``, 64-byte beats, INCR); each R beat is routed to the reader
-its ID names and to no other; ``rready`` and ``bready`` are always 1. A passive checker
-holds AR to the stream rules. Seeds are printed; ``SEED=<n>`` replays one.
+after reset), and only it, is granted, and no reader while it is busy; the AR transfers
+are the granted bursts in grant order (``arid`` the reader, ``araddr`` its line,
+``arlen``, 64-byte beats, INCR); each R beat is routed to the reader its ID names and
+to no other; ``rready`` and ``bready`` are always 1. A passive checker holds AR to the
+stream rules. Seeds are printed; ``SEED=<n>`` replays one.
 """
 
 from __future__ import annotations
