@@ -117,7 +117,7 @@ class Engine(wiring.Component):
         LOOKUP's undo capture (:class:`~.row_gather.RowGather`).
     busy, in_flight, serial, undo_stall, init : ``Out``
         ``ENG_STATUS`` fields (``serial``: a COMMIT or FENCE is outstanding; ``init``:
-        the coalesced UPDATE clears its slot table after reset).
+        the coalesced UPDATE clears its hash table after reset).
     err_desc, err_seq, err_info, err_overrun, err_pmem : ``Out``
         ``ENG_ERR`` sets and the capture values.
     ev_desc_done, ev_line_gathered, ev_bag_pooled, ev_upd_line_written,
