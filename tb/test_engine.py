@@ -31,10 +31,13 @@ DIMS = (16, 40, 64, 8, 100, 176, 256)
 
 
 async def _start(dut, name: str, *, idle=False, backpressure=False, ring_order=4,
-                 via_cxl=False, heap_start=0, **kw):
-    """A started bench, its engine driver (ring programmed) and a numpy generator."""
+                 via_cxl=False, heap_start=0, after_reset=None, **kw):
+    """A started bench, its engine driver (ring programmed) and a numpy generator;
+    ``after_reset(tb)`` (a coroutine function) runs before the driver's first access."""
     tb = DeviceTB(dut, name, idle=idle, backpressure=backpressure, **kw)
     await tb.start()
+    if after_reset is not None:
+        await after_reset(tb)
     drv = EngineDriver(tb, ring_order=ring_order, via_cxl=via_cxl, heap_start=heap_start)
     await drv.setup()
     rng = np.random.default_rng(tb.rng.getrandbits(64))
@@ -235,18 +238,18 @@ async def test_engine_counters_and_status(dut):
     ENG_UPD_LINES_WRITTEN and ENG_BUSY against the workload; ENG_STATUS.INIT set until
     the UPDATE hash table is cleared (update_acc_rows cycles after reset); ENG_STATUS
     idle at the end."""
-    tb = DeviceTB(dut, "engine_counters", idle=True, backpressure=True)
-    await tb.start()
-    clear = tb.config.update_acc_rows
-    status = await tb.csr.read_fields("ENG_STATUS")
-    assert tb.loop.cycle < clear, f"the first CSR read ended at {tb.loop.cycle}: too late"
-    assert status.init, f"ENG_STATUS {status} at cycle {tb.loop.cycle}: INIT not set"
-    while (await tb.csr.read_fields("ENG_STATUS")).init:
-        assert tb.loop.cycle < clear + 500, f"ENG_STATUS.INIT still set at {tb.loop.cycle}"
-    assert tb.loop.cycle >= clear, f"ENG_STATUS.INIT clear at cycle {tb.loop.cycle} < {clear}"
-    drv = EngineDriver(tb, ring_order=4)
-    await drv.setup()
-    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    async def init_clears(tb):
+        clear = tb.config.update_acc_rows
+        status = await tb.csr.read_fields("ENG_STATUS")
+        assert tb.loop.cycle < clear, f"the first CSR read ended at {tb.loop.cycle}: too late"
+        assert status.init, f"ENG_STATUS {status} at cycle {tb.loop.cycle}: INIT not set"
+        while (await tb.csr.read_fields("ENG_STATUS")).init:
+            assert tb.loop.cycle < clear + 500, f"ENG_STATUS.INIT still set at {tb.loop.cycle}"
+        assert tb.loop.cycle >= clear, (
+            f"ENG_STATUS.INIT clear at cycle {tb.loop.cycle} < {clear}")
+
+    tb, drv, rng = await _start(dut, "engine_counters", idle=True, backpressure=True,
+                                after_reset=init_clears)
     await tb.csr.write("PERF_CTRL", 1)
     dim = _dims(tb)[2]
     table = await drv.add_table(rng=rng, data=random_table(rng, 48, dim, FP32))

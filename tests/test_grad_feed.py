@@ -101,8 +101,8 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
             start = port.cycle
             while True:
                 assert port.cycle - start < max_cycles, "UPDATE did not finish (hang)"
-                if checked_at is not None and port.cycle - start + 1 >= checked_at:
-                    ctx.set(dut.checked, 1)
+                if checked_at is not None and port.cycle - start + 1 == checked_at:
+                    ctx.set(dut.checked, 1)         # held until the job ends
                 if feed and port.cycle - start >= row_delay and not rng.random() < row_gap:
                     ctx.set(dut.i_rows.payload, feed[0])
                     ctx.set(dut.i_rows.valid, 1)
