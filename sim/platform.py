@@ -64,6 +64,9 @@ class Platform:
         Effective fp32 throughput of the GPU on the workload's MLPs.
     gpu_launch_ns:
         Fixed GPU cost per training step (launch and synchronisation).
+    gpu_memory_latency_ns:
+        The GPU's home agent answering a device's CXL.cache read of GPU memory: request
+        received to data sent (the link's flight comes on top).
 
     Raises
     ------
@@ -84,6 +87,7 @@ class Platform:
     pmem_media_bytes: int
     gpu_flops: float
     gpu_launch_ns: float
+    gpu_memory_latency_ns: float
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -163,6 +167,10 @@ class Platform:
     def gpu_launch_cycles(self) -> int:
         return self.cycles(self.gpu_launch_ns)
 
+    @property
+    def gpu_memory_cycles(self) -> int:
+        return self.cycles(self.gpu_memory_latency_ns)
+
     def summary(self) -> dict:
         """Every constant and its value in device cycles, for reports."""
         return {
@@ -180,6 +188,7 @@ class Platform:
                 "pmem_write_latency": self.pmem_write_cycles,
                 "gpu_flops_per_cycle": self.gpu_flops_per_cycle,
                 "gpu_launch": self.gpu_launch_cycles,
+                "gpu_memory_latency": self.gpu_memory_cycles,
             },
         }
 
@@ -191,6 +200,8 @@ _DEVICE_CLOCK_HZ = 250e6
 #: training step (``docs/platform.md``, ``docs/training.md``).
 _GPU_FLOPS = 1e12
 _GPU_LAUNCH_NS = 10_000.0
+#: GPU memory as a CXL.cache read of it sees it at the GPU (``docs/platform.md``).
+_GPU_MEMORY_LATENCY_NS = 300.0
 #: CXL x16 at 32 GT/s (PCIe 5.0 electricals): 16 lanes x 32 Gbit/s x 128/130 per
 #: direction (``docs/platform.md``).
 _X16_GEN5 = 16 * 32e9 / 8 * 128 / 130
@@ -205,21 +216,24 @@ PLATFORMS: dict[str, Platform] = {p.name: p for p in (
         link_bytes_per_s=math.inf, link_one_way_ns=0.0, cxl_io_round_trip_ns=4.0,
         pmem_channels=1, pmem_read_bytes_per_s=16 * GB, pmem_write_bytes_per_s=16 * GB,
         pmem_read_latency_ns=480.0, pmem_write_latency_ns=160.0, pmem_media_bytes=256,
-        gpu_flops=_GPU_FLOPS, gpu_launch_ns=_GPU_LAUNCH_NS),
+        gpu_flops=_GPU_FLOPS, gpu_launch_ns=_GPU_LAUNCH_NS,
+        gpu_memory_latency_ns=_GPU_MEMORY_LATENCY_NS),
     Platform(
         name="paper-like", device_clock_hz=_DEVICE_CLOCK_HZ,
         link_bytes_per_s=_X16_GEN5, link_one_way_ns=100.0, cxl_io_round_trip_ns=800.0,
         pmem_channels=4, pmem_read_bytes_per_s=0.6 * _DRAM_CHANNEL,
         pmem_write_bytes_per_s=0.1 * _DRAM_CHANNEL,
         pmem_read_latency_ns=3 * _DRAM_LATENCY_NS, pmem_write_latency_ns=7 * _DRAM_LATENCY_NS,
-        pmem_media_bytes=256, gpu_flops=_GPU_FLOPS, gpu_launch_ns=_GPU_LAUNCH_NS),
+        pmem_media_bytes=256, gpu_flops=_GPU_FLOPS, gpu_launch_ns=_GPU_LAUNCH_NS,
+        gpu_memory_latency_ns=_GPU_MEMORY_LATENCY_NS),
     Platform(
         name="optane-6ch", device_clock_hz=_DEVICE_CLOCK_HZ,
         link_bytes_per_s=_X16_GEN5, link_one_way_ns=100.0, cxl_io_round_trip_ns=800.0,
         pmem_channels=6, pmem_read_bytes_per_s=39.4 * GB / 6,
         pmem_write_bytes_per_s=13.9 * GB / 6,
         pmem_read_latency_ns=305.0, pmem_write_latency_ns=90.0, pmem_media_bytes=256,
-        gpu_flops=_GPU_FLOPS, gpu_launch_ns=_GPU_LAUNCH_NS),
+        gpu_flops=_GPU_FLOPS, gpu_launch_ns=_GPU_LAUNCH_NS,
+        gpu_memory_latency_ns=_GPU_MEMORY_LATENCY_NS),
 )}
 
 

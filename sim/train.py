@@ -252,7 +252,8 @@ def _run_mode(mode: str, args, overrides: dict, config, crash_at: int | str | No
     raw.parent.mkdir(parents=True, exist_ok=True)
     raw.unlink(missing_ok=True)
     params = {"preset": args.preset, "overrides": overrides, "seed": args.seed,
-              "mode": mode, "crash_at": crash_at, "platform": args.platform, "out": str(raw)}
+              "mode": mode, "crash_at": crash_at, "platform": args.platform,
+              "scratch": args.scratch, "out": str(raw)}
     name = f"train-{mode}-{args.preset}-{args.seed}"
     log = _build_dir("device", config, args.sim, args.waves) / "runs" / name / "sim.log"
     log.unlink(missing_ok=True)
@@ -270,7 +271,8 @@ def _run_mode(mode: str, args, overrides: dict, config, crash_at: int | str | No
         tail = result.log.read_text().splitlines()[-40:] if result.log.exists() else []
         raise RuntimeError(f"{mode} run failed (replay: python -m sim.train --preset "
                            f"{args.preset} --config {args.config} --sim {args.sim} --seed "
-                           f"{args.seed} --platform {args.platform} --mode {mode}"
+                           f"{args.seed} --platform {args.platform} --mode {mode} "
+                           f"--scratch {args.scratch}"
                            f"{'' if crash_at in (None, 'auto') else f' --crash-at {crash_at}'}"
                            f"); log "
                            f"{result.log}\n" + "\n".join(tail))
@@ -370,6 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--platform", default=DEFAULT_PLATFORM, type=platform_arg,
                         help="PMEM timing and CXL link (default: %(default)s; "
                              "docs/platform.md)")
+    parser.add_argument("--scratch", default="gpu", choices=("gpu", "device"),
+                        help="where TrainingCXL's indices, offsets, gradients and pooled "
+                             "vectors live: GPU memory, reached through CXL.cache "
+                             "(default), or device memory over CXL.mem (docs/training.md)")
     parser.add_argument("--out", help="path prefix of the JSON and PNG outputs (default: "
                         "build/sim/train-<preset>-<config>-<sim>)")
     parser.add_argument("--waves", action="store_true")

@@ -102,12 +102,16 @@ class CkptDriver(EngineDriver):
             if self._staging_use[area] > self.mlp_done:     # its last copy may still read it
                 await self.ring()
                 await self.wait_mlp(self._staging_use[area])
-            await self.put(src, params)
+            await self.stage(src, params)
             self._record_copy(batch_id, bytes(params))
             self._staging_use[area] = batch_id
             self._next_staging ^= 1
         await self.queue(fields, exp)
         return exp
+
+    async def stage(self, src: int, params: bytes) -> None:
+        """Write the MLP parameters into staging area ``src`` (device memory here)."""
+        await self.put(src, params)
 
     async def mlp_checkpoint_from_host(self, batch_id: int, src: int, length: int,
                                        params: bytes | None) -> Expect:

@@ -149,7 +149,7 @@ class CohBench:
 
     def _models_reset(self) -> None:
         self.cbfm.device_reset()
-        self.gpu.home.reset()
+        self.gpu.device_reset()
 
     async def start_coherence(self, ctrl: int = HDM_D) -> None:
         """Wait for the bias table's reset sweep, then write COH_CTRL."""

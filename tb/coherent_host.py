@@ -56,6 +56,7 @@ from sim.golden_memory import LINE_BYTES
 from tb.cache_home import CacheHome, HomeTiming, background_line
 from tb.cxl_protocol import ALL_ONES, Flow, pick, row
 from tb.host_agent import HostAgent, Txn
+from tb.link import DATA_BYTES, HEADER_BYTES, Link
 from tb.stream import StreamChecker, StreamSink, StreamSource
 
 __all__ = ["CoherenceChecker", "CoherentHostAgent", "CxlCacheBfm", "GpuHome", "HostCache",
@@ -138,6 +139,12 @@ class CxlCacheBfm:
             checker.clear()
 
 
+def _message_bytes(channel: str) -> int:
+    """Link bytes of a CXL.cache message on ``channel``: a header slot, and a line for
+    data."""
+    return HEADER_BYTES + (DATA_BYTES if channel == "data" else 0)
+
+
 class GpuHome:
     """The GPU's home agent for GPU memory on CXL.cache, run once per cycle.
 
@@ -148,19 +155,32 @@ class GpuHome:
     :meth:`write` / :meth:`read`, which keep the home's history, so a device read is
     held to the value the line had when the home accepted it.
 
+    With a ``link`` (:class:`tb.link.Link`) every message crosses it: a D2H transfer
+    reaches the home when the link's up direction delivers it, and an H2D message the
+    home sends is taken from it at once and presented to the device when the down
+    direction delivers it (in send order per channel). Without one, the home's messages
+    are presented as it offers them.
+
     Members
     -------
     home:
         The :class:`CacheHome`.
+    link_bytes, data_lines:
+        Bytes of CXL.cache messages in both directions so far (a 16-byte header slot per
+        message, 64 more for a line), with or without a link, and the lines among them
+        (H2D and D2H Data).
     """
 
     def __init__(self, bfm: CxlCacheBfm, loop, *, rng: random.Random,
-                 timing: HomeTiming | None = None):
+                 timing: HomeTiming | None = None, link: Link | None = None):
         self.loop = loop
         self.bfm = bfm
+        self.link = link
+        self.link_bytes = self.data_lines = 0
         self.home = CacheHome(timing=timing or HomeTiming(read_latency=40, write_latency=20),
                               rng=random.Random(rng.getrandbits(64)))
         self._sources = [(ch, bfm.sources[ch]) for ch in ("req", "rsp", "data")]
+        self._flight: dict[str, deque] = {ch: deque() for ch, _ in self._sources}
         for ch, source in self._sources:
             source.on_transfer = self._taker(ch)
         loop.add(self)
@@ -171,19 +191,44 @@ class GpuHome:
 
     def _taker(self, channel: str):
         def take(_payload, cycle):
-            self.home.take(channel, cycle)
+            if self.link is None:
+                self.home.take(channel, cycle)
         return take
 
     def drive(self) -> None:
         t = self.loop.cycle
         for ch, source in self._sources:
-            if not source.pending:
-                msg = self.home.offer(ch, t)
-                if msg is not None:
-                    source.send(msg)
+            if self.link is None:
+                if not source.pending:
+                    msg = self.home.offer(ch, t)
+                    if msg is not None:
+                        self._count(ch)
+                        source.send(msg)
+                continue
+            flight = self._flight[ch]
+            while (msg := self.home.offer(ch, t)) is not None:
+                self.home.take(ch, t)
+                self._count(ch)
+                flight.append((self.link.down.send(t, _message_bytes(ch)), msg))
+            if not source.pending and flight and flight[0][0] <= t:
+                source.send(flight.popleft()[1])
+
+    def _count(self, channel: str) -> None:
+        self.link_bytes += _message_bytes(channel)
+        self.data_lines += channel == "data"
 
     def d2h(self, channel: str, fields: dict, cycle: int) -> None:
+        self._count(channel)
+        if self.link is not None:
+            cycle = self.link.up.send(cycle, _message_bytes(channel))
         self.home.d2h(channel, cycle, fields)
+
+    def device_reset(self) -> None:
+        """The device is in reset: the home forgets what is in flight, and so does the
+        link (its messages are lost)."""
+        self.home.reset()
+        for flight in self._flight.values():
+            flight.clear()
 
     # --- GPU memory ---------------------------------------------------------------------
     def read(self, line: int) -> bytes:

@@ -29,7 +29,8 @@ from hw.engine.descriptor import DescKind, PoolMode, Status, pack_descriptor
 from sim import embedding as emb
 from sim.embedding import BF16, LINE_BYTES
 
-__all__ = ["Batch", "DeviceHeap", "EngineDriver", "Expect", "Table", "random_table"]
+__all__ = ["Batch", "DeviceHeap", "EngineDriver", "Expect", "HostScratch", "Table",
+           "random_table"]
 
 _RECORD = Codec(RECORD)
 
@@ -115,6 +116,30 @@ class Batch:
                                       self.padding_idx) for i in bag]
 
 
+class HostScratch:
+    """Scratch buffers in GPU memory (``COH_CTRL.SCRATCH_HOST``): a LOOKUP's / UPDATE's
+    indices, offsets, weights, gradients and pooled output live in a window of GPU
+    memory at byte address ``base``, and descriptors name them by their offset into it.
+
+    ``gpu`` is the GPU's memory as :class:`tb.coherent_host.GpuHome` keeps it
+    (``read_bytes`` / ``write_bytes``): the GPU writes its own buffers there directly,
+    with no link traffic, and reads the pooled vectors back the same way. Offsets are
+    allocated from ``heap`` (64 bytes up to ``size``; offset 0 stays unused)."""
+
+    def __init__(self, gpu, *, base: int, size: int):
+        assert base % LINE_BYTES == 0, f"unaligned scratch window {base:#x}"
+        self.gpu = gpu
+        self.base = base
+        self.heap = DeviceHeap(LINE_BYTES, size)
+
+    def put(self, addr: int, data: bytes) -> None:
+        data = data + bytes(-len(data) % LINE_BYTES)
+        self.gpu.write_bytes(self.base + addr, data)
+
+    def image(self, addr: int, nbytes: int) -> bytes:
+        return self.gpu.read_bytes(self.base + addr, nbytes)
+
+
 @dataclass
 class Expect:
     """What one submitted descriptor must do."""
@@ -148,11 +173,17 @@ class EngineDriver:
         the PMEM backdoor.
     heap_start:
         First device byte the driver may use (the rest of the HDM window above it).
+    scratch:
+        A :class:`HostScratch`: LOOKUP / UPDATE buffers go into GPU memory and
+        :meth:`setup` turns ``COH_CTRL.SCRATCH_HOST`` on; None: they go into device
+        memory like everything else.
     """
 
     def __init__(self, tb, *, ring_order: int = 4, via_cxl: bool = False,
-                 heap_start: int = 0, heap_end: int | None = None):
+                 heap_start: int = 0, heap_end: int | None = None,
+                 scratch: HostScratch | None = None):
         self.tb = tb
+        self.scratch = scratch
         self.cfg = tb.config
         self.order = ring_order
         self.via_cxl = via_cxl
@@ -191,6 +222,10 @@ class EngineDriver:
         await csr.write("ENG_CQ_BASE_LO", self.cq_addr & 0xFFFF_FFFF)
         await csr.write("ENG_CQ_BASE_HI", self.cq_addr >> 32)
         await csr.write("ENG_RING_ORDER", self.order)
+        if self.scratch is not None:
+            await csr.write64("COH_SCRATCH_HOST_BASE", self.scratch.base)
+            ctrl = await csr.read("COH_CTRL")
+            await csr.write("COH_CTRL", ctrl | self.tb.regs["COH_CTRL"].pack(scratch_host=1))
 
     async def put(self, addr: int, data: bytes) -> None:
         """Make ``data`` (whole lines from a 64-byte aligned ``addr``) durable in device
@@ -233,11 +268,22 @@ class EngineDriver:
         return table
 
     async def buffer(self, raw: bytes) -> int:
-        """A new buffer holding ``raw``."""
+        """A new buffer holding ``raw`` (a LOOKUP's / UPDATE's: in the scratch window of
+        GPU memory when there is one)."""
+        if self.scratch is not None:
+            addr = self.scratch.heap.alloc(len(raw))
+            self.scratch.put(addr, raw)
+            return addr
         addr = self.heap.alloc(len(raw))
         if raw:
             await self.put(addr, raw)
         return addr
+
+    def out_image(self, addr: int, nbytes: int) -> bytes:
+        """``nbytes`` of a descriptor's output buffer at ``addr``."""
+        if self.scratch is not None:
+            return self.scratch.image(addr, nbytes)
+        return self.image(addr, nbytes)
 
     # --- descriptors ----------------------------------------------------------------------
     async def lookup(self, table: Table, batch: Batch, *, mode: PoolMode = PoolMode.SUM,
@@ -266,9 +312,8 @@ class EngineDriver:
                   if batch.weights is not None else 0)
         if grads is None:           # laid out as a LOOKUP (whatever ``kind`` says)
             out_bytes = num_bags * emb.lines_per_row(table.dim, table.data.dtype) * LINE_BYTES
-            data_addr = self.heap.alloc(out_bytes)
-            # Poison the output buffer so that unwritten padding would show.
-            await self.put(data_addr, bytes([0xA5]) * max(out_bytes, LINE_BYTES))
+            # Poisoned, so that unwritten padding would show.
+            data_addr = await self.buffer(bytes([0xA5]) * max(out_bytes, LINE_BYTES))
         else:
             # One fp32 vector per bag, each padded to whole lines.
             data_addr = await self.buffer(emb.pack_rows(np.asarray(grads, np.float32)))
@@ -421,10 +466,11 @@ class EngineDriver:
         self.expect_written(self.cq_addr + slot * LINE_BYTES,
                             self.image(self.cq_addr + slot * LINE_BYTES, LINE_BYTES))
         if exp.out_image is not None:
-            got_img = self.image(exp.out_addr, len(exp.out_image))
+            got_img = self.out_image(exp.out_addr, len(exp.out_image))
             if got_img != exp.out_image:
                 raise AssertionError(self._describe_mismatch(exp, got_img))
-            self.expect_written(exp.out_addr, exp.out_image)
+            if self.scratch is None:
+                self.expect_written(exp.out_addr, exp.out_image)
         if table and exp.table is not None:
             t = exp.table
             got_img = self.image(t.base, t.nbytes)

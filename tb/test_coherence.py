@@ -43,21 +43,22 @@ from tb.coherent_bench import (
 )
 from tb.coherent_host import LostToReset
 from tb.cxl_protocol import ALL_ONES
-from tb.engine_driver import Batch, random_table
+from tb.engine_driver import Batch, HostScratch, random_table
 from tb.groups import group
 
 NOISE = {"noise": [False, True]}
 
 
 async def _layout(bench: CohBench, rng: np.random.Generator, *, cq_host: int | None = None,
-                  tables: int = 2, write_back: bool = False):
+                  tables: int = 2, write_back: bool = False, **kw):
     """Driver and tables: page 0 ring and CQ, table pages, buffer pages, and two scratch
-    pages at the end of the HDM window for background GPU traffic."""
+    pages at the end of the HDM window for background GPU traffic. ``kw`` goes to the
+    driver."""
     cfg, pb = bench.cfg, bench.cfg.page_bytes
     window_pages = min(cfg.hdm_size, cfg.pmem_size) // pb
     scratch = window_pages - 2
     drv = CoherentDriver(bench, ring_order=3, heap_end=scratch * pb, cq_host=cq_host,
-                         write_back=write_back)
+                         write_back=write_back, **kw)
     await drv.setup()
     first = align_page(drv, pb)
     dims = [d for d in (16, 40, 64) if d <= cfg.engine_max_dim]
@@ -468,6 +469,148 @@ async def test_completions_in_gpu_memory(dut, noise):
 
 @group("gpu_memory")
 @cocotb.test()
+@cocotb.parametrize(**NOISE, ctrl=["hdm_h", "hdm_d"])
+async def test_scratch_buffers_in_gpu_memory(dut, noise, ctrl):
+    """COH_CTRL.SCRATCH_HOST: every LOOKUP's and UPDATE's indices, offsets, weights and
+    gradients are read from a window of GPU memory (RdCurr; the GPU home answers in
+    random order with random latency) and the pooled vectors written there (ItoMWr),
+    while tables, ring and log stay in device memory (``hdm_d``: with the GPU caching
+    the tables and the records in GPU memory too). Rounds of 1 to 3 LOOKUPs (every
+    pooling mode, weighted or not) and an UPDATE: records, pooled vectors (read from GPU
+    memory) and tables checked bit for bit against the golden model. The same offsets
+    in device memory hold the driver's tables and ring, so a read steered to PMEM would
+    show. COH_RD_LINES counts at least every buffer line once and COH_WR_LINES every
+    pooled line (and record)."""
+    bench = CohBench(dut, f"scratch_{ctrl}", noise=noise)
+    cfg = bench.cfg
+    cq_host = gpu_addr(cfg, 0x1000) if ctrl == "hdm_d" else None
+    await bench.start(HDM_D | CQ_HOST if ctrl == "hdm_d" else 0)
+    bench.checker.hdm_d = ctrl == "hdm_d"
+    tb = bench.tb
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    scratch = HostScratch(bench.gpu, base=gpu_addr(cfg, 0x10000), size=1 << 16)
+    drv, tables, _, _ = await _layout(bench, rng, cq_host=cq_host, write_back=True,
+                                      scratch=scratch)
+    mark = scratch.heap.next
+    buffer_lines = pooled_lines = 0
+    for r in range(tb.params.get("n_desc", 3)):
+        scratch.heap.release(mark)
+        exps = []
+        for _ in range(int(rng.integers(1, 4))):
+            t = tables[int(rng.integers(len(tables)))]
+            mode = PoolMode(int(rng.integers(3)))
+            b = _batch(rng, t.rows)
+            if mode is not PoolMode.SUM:
+                b.weights = None
+            exps.append(await drv.lookup(t, b, mode=mode, batch_id=r))
+        t = tables[int(rng.integers(len(tables)))]
+        b = _batch(rng, t.rows)
+        grads = (rng.standard_normal((len(b.offsets), t.dim)) * 0.05).astype(np.float32)
+        exps.append(await drv.update(t, b, grads, batch_id=r))
+        buffer_lines += scratch.heap.next - mark
+        await drv.run()
+        for exp in exps:
+            assert exp.status is Status.OK, exp.status
+            if exp.out_image is not None:
+                pooled_lines += len(exp.out_image) // LINE_BYTES
+    await bench.finish()
+    c = bench.counters
+    buffer_lines //= LINE_BYTES
+    assert c["COH_RD_LINES"] >= buffer_lines - pooled_lines, (c, buffer_lines)
+    assert c["COH_WR_LINES"] == pooled_lines + (drv.tail if cq_host is not None else 0), c
+
+
+#: Read-error cases of the scratch buffers: which buffer's line fails, which of its
+#: reads (1: the first, pass 1 or the only read; 2: every later one, pass 2) and what
+#: the GPU home answers.
+_READ_FAULT_CASES = (
+    ("offsets", 1, "go_err"), ("indices", 1, "poison"), ("indices", 2, "go_err"),
+    ("weights", 1, "poison"), ("gradients", 1, "go_err"),
+)
+
+
+@group("gpu_memory")
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_scratch_read_errors(dut, noise):
+    """COH_CTRL.SCRATCH_HOST: the GPU answers one read of a descriptor's buffers with an
+    error (GO-Err, or poisoned data) -- an offsets or index line in pass 1, an index
+    line in pass 2 (the pass-1 read good, the later ones bad), a weights line (read in
+    pass 2 only) and a gradient line, each on an UPDATE of a random table (weights: a
+    weighted UPDATE), among good LOOKUPs and UPDATEs. The faulted UPDATE completes with
+    READ_ERROR and changes no table byte (every table checked bit for bit after each
+    doorbell), ENG_ERR latches its status and seq, COH_CACHE_ERR.READ_ERROR is set;
+    the good descriptors around it complete as the golden model says, so the engine
+    stays usable."""
+    bench = CohBench(dut, "scratch_errors", noise=noise)
+    cfg = bench.cfg
+    await bench.start(0)
+    bench.checker.hdm_d = False
+    tb = bench.tb
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    scratch = HostScratch(bench.gpu, base=gpu_addr(cfg, 0x10000), size=1 << 16)
+    drv, tables, _, _ = await _layout(bench, rng, write_back=True, scratch=scratch)
+    home = bench.gpu.home
+    failing: dict = {}              # host line -> (first bad read, fault)
+    seen: dict[int, int] = {}       # host line -> reads so far
+
+    def faults(txn) -> set[str]:
+        if txn.kind != "read" or txn.line not in failing:
+            return set()
+        seen[txn.line] = seen.get(txn.line, 0) + 1
+        first, fault = failing[txn.line]
+        return {fault} if seen[txn.line] >= first else set()
+
+    home.faults = faults
+    mark = scratch.heap.next
+    for where, nth, fault in _READ_FAULT_CASES:
+        scratch.heap.release(mark)
+        failing.clear()
+        seen.clear()
+        t = tables[int(rng.integers(len(tables)))]
+        good = await drv.lookup(t, _batch(rng, t.rows), batch_id=0)
+        b = _batch(rng, t.rows)
+        b.weights = (rng.standard_normal(len(b.indices)).astype(np.float32)
+                     if where == "weights" else None)
+        grads = (rng.standard_normal((len(b.offsets), t.dim)) * 0.05).astype(np.float32)
+        before = t.data
+        exp = await drv.update(t, b, grads, batch_id=0)
+        assert exp.status is Status.OK, exp.status
+        addr = exp.fields[{"offsets": "offsets_addr", "indices": "indices_addr",
+                           "weights": "weights_addr", "gradients": "data_addr"}[where]]
+        line = (scratch.base + addr) // LINE_BYTES
+        failing[line + int(rng.integers(-(-len(b.indices) * 4 // LINE_BYTES)))
+                if where in ("indices", "weights") else line] = (nth, fault)
+        # Expected: READ_ERROR, nothing written; pass 1 fails before any row, later
+        # failures still count the UPDATE's indices.
+        t.data = exp.table_after = before
+        exp.status, exp.wrote_table, exp.rows_written = Status.READ_ERROR, False, 0
+        if where == "offsets" or (where == "indices" and nth == 1):
+            exp.updates = 0
+        await drv.run()
+        assert good.status is Status.OK
+        assert sum(seen.values()) >= nth, f"{where}: line {line:#x} read {seen} times"
+        err = await tb.csr.read("ENG_ERR")
+        assert err & 1, f"{where}: ENG_ERR {err:#x}: DESC_ERROR not set"
+        info = await tb.csr.read("ENG_ERR_INFO")
+        assert (info & 0xFF, await tb.csr.read("ENG_ERR_SEQ")) == (
+            Status.READ_ERROR.value, exp.seq), f"{where}: ENG_ERR_INFO {info:#x}"
+        await tb.csr.write("ENG_ERR", err)
+        await bench.check_errors(cache=1 << int(CacheError.READ_ERROR))
+        # The engine goes on: a good UPDATE of the same table.
+        failing.clear()
+        b = _batch(rng, t.rows)
+        b.weights = None
+        grads = (rng.standard_normal((len(b.offsets), t.dim)) * 0.05).astype(np.float32)
+        ok = await drv.update(t, b, grads, batch_id=0)
+        await drv.run()
+        assert ok.status is Status.OK, ok.status
+    home.faults = None
+    await bench.finish()
+
+
+@group("gpu_memory")
+@cocotb.test()
 async def test_bad_coherence_input(dut):
     """Bad input on both sides, each flagged by its own bit and harmless: an H2D GO and
     H2D Data for CQIDs with no request in flight, a reserved snoop opcode (still
@@ -640,8 +783,9 @@ async def test_dcoh_host_errors(dut, noise):
     LOOKUP's first output line, then GO-Err for one claim of a flip. Each access
     completes as a denied access: the engine gets an AXI SLVERR (ENG_ERR.PMEM_RESP, the
     engine's report of a failed memory access), the descriptors still complete, a
-    denied read returns memory's (coherent) data, so LOOKUP results stay exact, and a
-    denied write leaves its line unchanged; COH_DCOH_ERR holds exactly HOST_ERROR; the
+    denied read of a table row returns memory's (coherent) data, so LOOKUP results stay
+    exact (the reads denied are the table rows'), and a denied write leaves its line
+    unchanged; COH_DCOH_ERR holds exactly HOST_ERROR; the
     flip ends with error and its page stays in host bias (a GPU read of it flips
     nothing back). Afterwards legal traffic and a flip of the same page succeed."""
     bench = CohBench(dut, "dcoh_host_errors", noise=noise)
@@ -649,14 +793,16 @@ async def test_dcoh_host_errors(dut, noise):
     tb, csr, agent = bench.tb, bench.tb.csr, bench.agent
     rng = np.random.default_rng(tb.rng.getrandbits(64))
     prng = random.Random(tb.rng.getrandbits(64))
-    drv, tables, (tp, _), _ = await _layout(bench, rng)
+    drv, tables, (tp, tn), _ = await _layout(bench, rng)
     host_error = 1 << int(DcohError.HOST_ERROR)
     pmem_resp = register_map(bench.cfg)["ENG_ERR"].pack(pmem_resp=1)
-    # Reads: GO-Err and H2D Data with GO-Err at random (error_rate), every other
-    # request answered MemRdFwd, until both kinds have been seen.
+    # Reads of table rows: GO-Err and H2D Data with GO-Err at random (error_rate), every
+    # other request answered MemRdFwd, until both kinds have been seen. (A denied read
+    # of a descriptor's buffers would complete it READ_ERROR: test_scratch_read_errors.)
     cache = bench.cache
-    cache.answer = (lambda f: None if f["opcode"] == D2HReqOpcode.RdCurr.value
-                    else "mem_rd_fwd")
+    rows = range(agent.host_line(tp * bench.lpp), agent.host_line((tp + tn) * bench.lpp))
+    cache.answer = (lambda f: None if (f["opcode"] == D2HReqOpcode.RdCurr.value
+                                       and f["address"] in rows) else "mem_rd_fwd")
     cache.error_rate = 0.2
     rounds = 0
     while not (cache.answers.get("RdCurr:go_err")

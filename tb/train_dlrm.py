@@ -62,9 +62,11 @@ from sim.platform import DEFAULT_PLATFORM, get_platform
 from sim.train import reference_train, tables_digest
 from sim.workloads import SyntheticClicks, get_workload
 from tb import env
+from tb.cache_home import HomeTiming
 from tb.ckpt_driver import CkptDriver
+from tb.coherent_host import CxlCacheBfm, GpuHome
 from tb.device_tb import DeviceTB
-from tb.engine_driver import Batch
+from tb.engine_driver import Batch, HostScratch
 from tb.link import Link
 from tb.pmem import PmemTiming
 
@@ -88,11 +90,32 @@ class TrainDriver(CkptDriver):
     waits for all their completions (durability) only before the doorbell
     (:meth:`ring`), rather than one buffer at a time. The driver's poisoning of output
     buffers is a test aid and goes through the backdoor (it would otherwise count as link
-    traffic no real GPU sends)."""
+    traffic no real GPU sends). With scratch buffers in GPU memory (``scratch``) the MLP
+    parameters are staged there too and copied with ``COH_CTRL.MLP_SRC_HOST``."""
 
     def __init__(self, tb, **kw):
         super().__init__(tb, **kw)
         self.inflight: list = []
+        if self.scratch is not None:
+            # The GPU's parameters are copied from GPU memory (COH_CTRL.MLP_SRC_HOST):
+            # two staging areas right above the scratch window.
+            self.mlp_src_host = True
+            base = self.scratch.base + self.cfg.pmem_size
+            self.staging = [base, base + -(-self.mlp_bytes // LINE_BYTES) * LINE_BYTES]
+
+    async def setup(self) -> None:
+        await super().setup()
+        if self.scratch is not None:
+            csr = self.tb.csr
+            ctrl = await csr.read("COH_CTRL")
+            await csr.write("COH_CTRL", ctrl | self.tb.regs["COH_CTRL"].pack(mlp_src_host=1))
+
+    async def stage(self, src: int, params: bytes) -> None:
+        """In GPU memory when the scratch buffers are (the GPU's own write, no link)."""
+        if self.scratch is None:
+            await super().stage(src, params)
+            return
+        self.scratch.gpu.write_bytes(src, params + bytes(-len(params) % LINE_BYTES))
 
     async def put(self, addr: int, data: bytes) -> None:
         if not self.via_cxl or data.count(_POISON) == len(data):
@@ -117,13 +140,16 @@ class TrainDriver(CkptDriver):
 
 
 class Meter:
-    """Cumulative counters of the run; :meth:`delta` gives one execution's counts."""
+    """Cumulative counters of the run; :meth:`delta` gives one execution's counts.
+    ``gpu``: the :class:`~tb.coherent_host.GpuHome` whose CXL.cache traffic counts as
+    link traffic too (None: none)."""
 
-    KEYS = ("cycles", "link_lines", "csr_accesses", "pmem_read_lines", "pmem_write_lines",
-            "pmem_media_reads", "pmem_media_writes")
+    KEYS = ("cycles", "link_lines", "cache_link_bytes", "cache_lines", "csr_accesses",
+            "pmem_read_lines", "pmem_write_lines", "pmem_media_reads", "pmem_media_writes")
 
-    def __init__(self, tb: DeviceTB):
+    def __init__(self, tb: DeviceTB, gpu: GpuHome | None = None):
         self.tb = tb
+        self.gpu = gpu
         self.csr = 0
         csr = tb.csr
         read_raw, write_raw = csr.read_raw, csr.write_raw
@@ -140,7 +166,10 @@ class Meter:
 
     def snap(self) -> dict:
         a, p = self.tb.agent.stats, self.tb.pmem.stats
+        gpu = self.gpu
         return {"cycles": self.tb.loop.cycle, "link_lines": a.lines_read + a.lines_written,
+                "cache_link_bytes": gpu.link_bytes if gpu else 0,
+                "cache_lines": gpu.data_lines if gpu else 0,
                 "csr_accesses": self.csr, "pmem_read_lines": p.lines_read,
                 "pmem_write_lines": p.lines_written, "pmem_media_reads": p.media_reads,
                 "pmem_media_writes": p.media_writes}
@@ -148,16 +177,16 @@ class Meter:
     @staticmethod
     def delta(start: dict, end: dict) -> dict:
         d = {k: end[k] - start[k] for k in Meter.KEYS}
-        d["link_payload_bytes"] = LINE_BYTES * d["link_lines"]
+        d["link_payload_bytes"] = LINE_BYTES * (d["link_lines"] + d.pop("cache_lines"))
         # CSR accesses (doorbells, head polls) go over CXL.io, counted apart.
-        d["link_bytes"] = LINK_BYTES_PER_LINE * d.pop("link_lines")
+        d["link_bytes"] = LINK_BYTES_PER_LINE * d.pop("link_lines") + d.pop("cache_link_bytes")
         return d
 
 
 class Trainer:
     """State of one training run (either mode) on one device."""
 
-    def __init__(self, tb: DeviceTB, mode: str):
+    def __init__(self, tb: DeviceTB, mode: str, *, gpu: GpuHome | None = None):
         p = tb.params
         self.tb = tb
         self.mode = mode
@@ -182,9 +211,13 @@ class Trainer:
         # The log holds the records of one uncommitted batch: at most one per index.
         self.log_slots = 1 << max(1, (most - 1).bit_length())
         order = max(4, (2 * w.num_tables + 1).bit_length())
+        # Scratch buffers in GPU memory: a window right above the HDM range.
+        cfg = tb.config
+        scratch = (HostScratch(gpu, base=cfg.hdm_base + cfg.hdm_size, size=cfg.pmem_size)
+                   if gpu is not None else None)
         self.drv = TrainDriver(tb, log_slots=self.log_slots, mlp_bytes=len(self.params0),
-                               ring_order=order)
-        self.meter = Meter(tb)
+                               ring_order=order, scratch=scratch)
+        self.meter = Meter(tb, gpu)
         self.tables = []
         self.golden: dict[int, list[np.ndarray]] = {}
         self.losses: dict[int, float] = {}
@@ -301,6 +334,8 @@ class Trainer:
         adds (one per element and counted index in LOOKUP and in UPDATE). Returns the
         pooled vectors and the number of counted indices."""
         self.drv.heap.release(self.mark)
+        if self.drv.scratch is not None:
+            self.drv.scratch.heap.release(self.drv.scratch.heap.start)
         self._begin(b)
         t = self.tb.loop.cycle
         pooled = await self._engine_lookup(b, batch, capture=capture)
@@ -330,7 +365,8 @@ class Trainer:
 
     async def _engine_lookup(self, b: int, batch, *, capture: bool) -> list[np.ndarray]:
         """A LOOKUP per table (capturing undo records with ``capture``), rung and waited
-        for; the pooled vectors read over CXL.mem (all in flight) and checked."""
+        for; the pooled vectors read over CXL.mem (all in flight), or from GPU memory when
+        the device wrote them there, and checked."""
         drv, agent = self.drv, self.tb.agent
         exps = []
         for table, (idx, off) in zip(self.tables, batch.sparse, strict=True):
@@ -338,13 +374,16 @@ class Trainer:
                                          capture_undo=capture))
         await drv.ring()
         await drv.wait(poll=POLL, timeout=5_000_000)
-        txns = [[agent.read(agent.host_line(e.out_addr // LINE_BYTES + i))
-                 for i in range(len(e.out_image) // LINE_BYTES)] for e in exps]
-        await agent.wait_all([x for tx in txns for x in tx], timeout=1_000_000)
+        if drv.scratch is not None:
+            images = [drv.out_image(e.out_addr, len(e.out_image)) for e in exps]
+        else:
+            txns = [[agent.read(agent.host_line(e.out_addr // LINE_BYTES + i))
+                     for i in range(len(e.out_image) // LINE_BYTES)] for e in exps]
+            await agent.wait_all([x for tx in txns for x in tx], timeout=1_000_000)
+            images = [b"".join(x.read_data for x in tx) for tx in txns]
         pooled = []
-        for e, tx in zip(exps, txns, strict=True):
-            image = b"".join(x.read_data for x in tx)
-            assert image == e.out_image, f"batch {b}: pooled vectors read over CXL.mem differ"
+        for e, image in zip(exps, images, strict=True):
+            assert image == e.out_image, f"batch {b}: pooled vectors read back differ"
             pooled.append(emb.unpack_rows(image, self.w.batch, self.w.dim, self.w.dtype))
         return pooled
 
@@ -573,6 +612,31 @@ async def _auto_crash_point(tr: Trainer, task, start: int) -> int:
     return tr.starts[c] + int(f * length) - start
 
 
+def attach_gpu_memory(tb: DeviceTB, platform, *, noise: bool) -> GpuHome:
+    """GPU memory on the device's CXL.cache ports, behind the bench's link: the home of
+    the scratch buffers (``docs/platform.md``, "GPU memory"). It answers a read after
+    the platform's GPU memory latency and pulls a write's data at once; with ``noise``
+    it adds jitter, answers in random order and splits some write answers."""
+    gpu = None
+
+    def d2h(channel: str, fields: dict, cycle: int) -> None:
+        gpu.d2h(channel, fields, cycle)
+
+    bfm = CxlCacheBfm(tb.dut, tb.loop, rng=tb.rng, idle=tb.idle,
+                      backpressure=tb.backpressure, on_d2h=d2h)
+    timing = HomeTiming(read_latency=platform.gpu_memory_cycles, write_latency=1,
+                        jitter=8 if noise else 0, reorder=noise,
+                        split_writes=0.3 if noise else 0.0)
+    gpu = GpuHome(bfm, tb.loop, rng=tb.rng, timing=timing, link=tb.link)
+
+    def reset() -> None:
+        bfm.device_reset()
+        gpu.device_reset()
+
+    tb.reset_hooks.append(reset)
+    return gpu
+
+
 @cocotb.test()
 async def train_dlrm(dut):
     """Train the workload in the mode of the test parameters; crash once (TrainingCXL,
@@ -582,11 +646,15 @@ async def train_dlrm(dut):
     assert mode in ("trainingcxl", "baseline", "trainingcxl-sw-ckpt"), f"unknown mode {mode!r}"
     noise = bool(p.get("noise", False))
     platform = get_platform(p.get("platform", DEFAULT_PLATFORM))
+    scratch = p.get("scratch", "gpu")
+    assert scratch in ("gpu", "device"), f"unknown scratch placement {scratch!r}"
     tb = DeviceTB(dut, f"train_{mode}", idle=noise, backpressure=noise,
                   timing=None if noise else PmemTiming.from_platform(platform),
                   link=Link.from_platform(platform))
+    gpu = (attach_gpu_memory(tb, platform, noise=noise)
+           if mode != "baseline" and scratch == "gpu" else None)
     await tb.start()
-    tr = Trainer(tb, mode)
+    tr = Trainer(tb, mode, gpu=gpu)
     tb.log.info("preset %s, %d batches, data seed %d, mode %s", tr.w.name, tr.n, tr.seed, mode)
     await tr.setup()
     crash_at = p.get("crash_at")

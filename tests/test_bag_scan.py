@@ -10,11 +10,21 @@ written from the docstring: each bag's length from the offsets and ``num_indices
 count of indices that are not the padding index); the block must take exactly the
 offsets and indices of the descriptor. A passive checker holds ``o_bag`` to the stream
 rules. Seeds are printed; ``SEED=<n>`` replays one.
+
+Garbled offsets (a failed pass-2 re-read, after pass 1 checked them): some of the
+offsets fed are replaced by values smaller than the one before, past ``num_indices``,
+``0xFFFFFFFF`` or ``0x80000000`` (the first offset, skipped, among them). The contract
+clamps each non-last bag's end into ``[position, num_indices]`` (``position``: where
+the bag starts; the words compared as the unsigned 32-bit values the stream carries,
+like ``num_indices``), so the scan still sends ``num_bags`` bags of ``num_indices``
+indices in all, within a cycle bound; a descriptor of valid offsets after it gives the
+bags of the model above.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -57,7 +67,53 @@ def expected_bags(desc: dict) -> list[dict]:
     return out
 
 
-def run(seed: int, descs: list[dict], *, idle: float, bp: float) -> None:
+def garble(rng: random.Random, desc: dict) -> dict:
+    """``desc`` with some of its offsets (at least one) replaced as a failed re-read
+    could: decreasing, past ``num_indices``, all-ones or ``0x80000000`` (negative as
+    int32), and ``include_last_offset`` at random (the scan is fed ``num_bags`` offsets
+    either way: pass 2 does not read the last one)."""
+    offsets = list(desc["offsets"])
+    n = desc["num_indices"]
+    spots = [b for b in range(len(offsets)) if rng.random() < 0.4] or \
+        [rng.randrange(len(offsets))]
+    for b in spots:
+        kind = rng.randrange(5)
+        top = max(desc["offsets"][b - 1] if b else 0, desc["offsets"][b])
+        if kind == 0:       # smaller than the (valid) offset before, or than its own
+            offsets[b] = rng.randrange(top) if top else M32
+        elif kind == 1:     # past num_indices
+            offsets[b] = n + rng.choice([1, 2, rng.randrange(1, 1 << 20),
+                                         rng.randrange(1, M32 - n + 1)])
+        elif kind == 2:
+            offsets[b] = M32
+        elif kind == 3:
+            offsets[b] = 0x80000000
+        else:               # any word
+            offsets[b] = rng.getrandbits(32)
+    return desc | {"offsets": offsets, "garbled": spots,
+                   "include_last_offset": rng.randrange(2)}
+
+
+def clamped_bags(desc: dict) -> list[dict]:
+    """The bags the clamping rule gives for the offsets fed (garbled or not): a non-last
+    bag ends at its offset clamped into ``[position, num_indices]`` (``position``: the
+    end of the bag before), the last one at ``num_indices``."""
+    n, nb = desc["num_indices"], desc["num_bags"]
+    out, position = [], 0
+    for b in range(nb):
+        end = n if b == nb - 1 else min(max(desc["offsets"][b + 1], position), n)
+        bag = desc["indices"][position:end]
+        counted = [i for i in bag if not (desc["has_padding_idx"] and i == desc["padding_idx"])]
+        out.append({"length": end - position, "counted": len(counted)})
+        position = end
+    assert position == n and len(out) == nb
+    return out
+
+
+def run(seed: int, descs: list[dict], *, idle: float, bp: float,
+        max_cycles: Callable[[dict], int] | None = None) -> None:
+    """``max_cycles(desc)``: the cycles from ``i_start`` to the last bag sent must not
+    exceed it (by default only a hang bound)."""
     rng = random.Random(seed)
     dut = BagScan()
     offset_in = Source(dut.i_offsets, rng, idle)
@@ -84,20 +140,27 @@ def run(seed: int, descs: list[dict], *, idle: float, bp: float) -> None:
     async def bench(ctx):
         want: list[dict] = []
         for n, desc in enumerate(descs):
-            ctx.set(dut.i_desc, {k: desc[k] for k in ("has_padding_idx", "padding_idx",
-                                                      "num_bags", "num_indices")})
+            ctx.set(dut.i_desc, {k: desc.get(k, 0) for k in (
+                "has_padding_idx", "padding_idx", "num_bags", "num_indices",
+                "include_last_offset")})
             ctx.set(dut.i_start, 1)
+            started = cycle
             await step(ctx)
             ctx.set(dut.i_start, 0)
             offset_in.items.extend(desc["offsets"])
             index_in.items.extend(desc["indices"])
-            want += expected_bags(desc)
+            want += clamped_bags(desc) if desc.get("garbled") else expected_bags(desc)
             for _ in range(100 * (desc["num_indices"] + desc["num_bags"] + 10)):
                 if len(got) >= len(want):
                     break
                 await step(ctx)
             else:
-                raise AssertionError(f"descriptor {n}: {len(want) - len(got)} bags missing")
+                raise AssertionError(f"descriptor {n}: {len(want) - len(got)} bags missing "
+                                     f"(offsets {desc['offsets']}, seed {seed})")
+            if max_cycles is not None:
+                assert cycle - started <= max_cycles(desc), (
+                    f"descriptor {n}: {cycle - started} cycles, bound {max_cycles(desc)} "
+                    f"(offsets {desc['offsets']}, seed {seed})")
             assert offset_in.empty and index_in.empty, f"descriptor {n}: inputs left"
         # An extra word on each input, never taken: the scan is idle.
         offset_in.items.append(0)
@@ -109,6 +172,12 @@ def run(seed: int, descs: list[dict], *, idle: float, bp: float) -> None:
         for i, (g, w) in enumerate(zip(got, want, strict=False)):
             assert g == w, f"bag {i}: got {g}, expected {w} (seed {seed})"
         assert len(got) == len(want), f"{len(got)} bags, expected {len(want)}"
+        first = 0
+        for n, desc in enumerate(descs):        # the totals, whatever the model says
+            bags = got[first:first + desc["num_bags"]]
+            first += desc["num_bags"]
+            assert sum(b["length"] for b in bags) == desc["num_indices"], f"descriptor {n}"
+            assert all(b["counted"] <= b["length"] for b in bags), f"descriptor {n}"
 
     simulate(dut, bench)
     assert not rule.errors, "\n".join(rule.errors[:10])
@@ -118,6 +187,24 @@ def run(seed: int, descs: list[dict], *, idle: float, bp: float) -> None:
 def test_random_bags(seed, idle, bp):
     rng = random.Random(seed)
     run(seed, [random_desc(rng) for _ in range(40)], idle=idle, bp=bp)
+
+
+@pytest.mark.parametrize("idle, bp", [(0.0, 0.0), (0.3, 0.4)], ids=["smooth", "rough"])
+def test_garbled_offsets(seed, idle, bp):
+    """Descriptors whose offsets fed are garbled (with and without a padding index and
+    ``include_last_offset``), each followed by one of valid offsets: every one ends
+    with the clamping rule's bags (the valid ones with the old model's), taking exactly
+    its offsets and indices; smooth, within one cycle per index and two per bag (an
+    empty bag's cycle and its offset's) and a few more."""
+    rng = random.Random(seed)
+    descs = []
+    for _ in range(30):
+        garbled = garble(rng, random_desc(rng))
+        # The rule must matter: a bag of the old model's would differ for some.
+        descs += [garbled, random_desc(rng)]
+    assert any(clamped_bags(d) != expected_bags(d) for d in descs[::2])
+    bound = None if idle or bp else (lambda d: d["num_indices"] + 2 * d["num_bags"] + 4)
+    run(seed, descs, idle=idle, bp=bp, max_cycles=bound)
 
 
 def test_verilog_lints_clean(tmp_path):

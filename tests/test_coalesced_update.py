@@ -28,8 +28,9 @@ INCR bursts that stay inside 4 KiB, the stream rule on AR, AW, W and ``o_done``,
 quiet ports after the last ``o_done``. Directed tests: long runs of one row and of a
 few alternating rows (hazards in the accumulation), signed zeros, overflow
 (``acc_rows + 1`` distinct rows: nothing written, then ``acc_rows`` distinct rows
-applied), descriptors of only a ``nop`` + ``last`` item or of one real item; a
-backpressure-free run prints the cycles per gradient line.
+applied), descriptors of only a ``nop`` + ``last`` item or of one real item, read
+errors (one item ``bad``, anywhere: nothing written, ``read_error``, then the same rows
+applied normally); a backpressure-free run prints the cycles per gradient line.
 
 The simulator of a block is built once and reset between tests (:func:`simulate_dut`):
 compiling the design costs about as much as a run.
@@ -186,6 +187,17 @@ class Desc:
     distinct: int = 0
     overflow: bool = False
     rows: list[int] = field(default_factory=list)   # distinct counted rows
+    bad_at: int | None = None   # the item (index into its items) that comes ``bad``
+    bad_nop: bool = False       # ... rather an ignored ``nop`` item inserted before it
+
+    @property
+    def read_error(self) -> bool:
+        return self.bad_at is not None
+
+    @property
+    def writes(self) -> bool:
+        """Its rows are written (no overflow, no read error)."""
+        return not (self.overflow or self.read_error)
 
     @property
     def n_items(self) -> int:
@@ -227,6 +239,10 @@ class Desc:
         else:
             assert self.end == "nop" or not self.updates, "end='last' needs an update"
             out.append(garbage_item(rng) | {"last": 1})
+        if self.bad_at is not None and self.bad_nop:
+            out.insert(self.bad_at, garbage_item(rng) | {"bad": 1})
+        elif self.bad_at is not None:
+            out[self.bad_at]["bad"] = 1
         return out
 
 
@@ -237,17 +253,19 @@ def garbage_item(rng: random.Random) -> dict:
 
 
 def desc(table: Table, indices, offsets, grads, weights=None, *, acc_rows: int = ACC_ROWS,
-         end: str = "nop", nop_fraction: float = 0.0) -> Desc:
+         end: str = "nop", nop_fraction: float = 0.0, bad_at: int | None = None) -> Desc:
     """A descriptor on ``table``; its expected effect applied to ``table.want`` (after
-    the descriptors made before it: make them in feeding order)."""
+    the descriptors made before it: make them in feeding order). With ``bad_at`` its
+    item of that index comes ``bad`` (a failed read upstream): nothing is written."""
     indices = np.asarray(indices, np.int32)
     offsets = np.asarray(offsets, np.int32)
     stats = coalesce_stats(indices, offsets)
     counted = [r for bag in bags(indices, offsets) for r in bag]
     d = Desc(table, indices, offsets, weights, grads, end=end, nop_fraction=nop_fraction,
              updates=stats.updates, distinct=stats.distinct_rows,
-             overflow=stats.distinct_rows > acc_rows, rows=list(dict.fromkeys(counted)))
-    if not d.overflow:
+             overflow=stats.distinct_rows > acc_rows, rows=list(dict.fromkeys(counted)),
+             bad_at=bad_at)
+    if d.writes:
         table.want = update(table.want, indices, offsets, grads, weights=weights,
                                       rounding="nearest")
     return d
@@ -350,20 +368,21 @@ def run(dut: CoalescedUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
         lines = sum(len(d.rows) * d.table.lines for d in descs)
         max_cycles = 20_000 + 40 * len(queue) + 200 * lines
     # Lines written (with their B) owed by the end of each descriptor, cumulated.
-    owed = np.cumsum([0 if d.overflow else len(d.rows) * d.table.lines for d in descs])
+    owed = np.cumsum([len(d.rows) * d.table.lines if d.writes else 0 for d in descs])
     obs = Observed([], 0, [-1] * len(descs), [-1] * len(descs), [-1] * len(descs),
                    Counter(), Counter())
     checks = {n: StreamRule(n) for n in ("AR", "AW", "W", "o_done")}
     # Per descriptor, the line addresses it must read and write (each line of each
-    # distinct row once) and, overflowing, may read (nothing to write). A line read or
+    # distinct row once) and, overflowing or with a read error, may read (nothing to
+    # write). A line read or
     # written is charged to the oldest descriptor not yet complete that owes it (and
     # whose first item, or for a write last item, was taken); none: an error.
     must_r, may_r, must_w = [], [], []
     for d in descs:
         lines = Counter(a for r in d.rows for a in d.table.row_lines(r))
-        must_r.append(Counter() if d.overflow else lines)
-        may_r.append(lines if d.overflow else Counter())
-        must_w.append(Counter() if d.overflow else lines.copy())
+        must_r.append(lines if d.writes else Counter())
+        may_r.append(Counter() if d.writes else lines)
+        must_w.append(lines.copy() if d.writes else Counter())
     where = partial(describe, {id(d.table): d.table for d in descs}.values())
 
     def charge(kind: str, addr: int, cycle: int, upto: int) -> None:
@@ -534,8 +553,8 @@ def check_done(descs: list[Desc], obs: Observed) -> list[str]:
     """The ``o_done`` records against the descriptors: the differences."""
     errors = []
     for n, (d, done) in enumerate(zip(descs, obs.dones, strict=True)):
-        want = {"rows_written": 0 if d.overflow else d.distinct, "updates": d.updates,
-                "overflow": int(d.overflow)}
+        want = {"rows_written": d.distinct if d.writes else 0, "updates": d.updates,
+                "overflow": int(d.overflow), "read_error": int(d.read_error)}
         got = {k: done.get(k) for k in want}
         if got != want:
             errors.append(f"descriptor {n}: o_done {got}, want {want}")
@@ -624,9 +643,10 @@ def test_rejects_bad_parameters(kwargs):
 
 
 def test_layouts():
-    assert {n: m.width for n, m in DONE} == {"rows_written": 32, "updates": 32, "overflow": 1}
+    assert {n: m.width for n, m in DONE} == {"rows_written": 32, "updates": 32, "overflow": 1,
+                                            "read_error": 1}
     assert {n: m.width for n, m in ITEM} == {"row": 32, "line": 7, "weight": 32, "grad": 512,
-                                            "last": 1, "nop": 1}
+                                            "last": 1, "nop": 1, "bad": 1}
     assert [n for n, _ in ctrl_layout(ADDR_WIDTH)] == [
         "table_base", "lines_per_row", "bf16", "weighted", "dim"]
 
@@ -816,7 +836,57 @@ def test_nop_only_and_single_item_descriptors(seed):
     assert len(descs[3].items(random.Random(0))) == 1
     obs = check_run(new_dut(), model, [t, u], descs, seed=seed, traffic=ROUGH)
     for n in (0, 2, 4):
-        assert obs.dones[n] == {"rows_written": 0, "updates": 0, "overflow": 0}
+        assert obs.dones[n] == {"rows_written": 0, "updates": 0, "overflow": 0,
+                                "read_error": 0}
+
+
+# --- read errors -----------------------------------------------------------------------
+
+def test_read_error_writes_nothing(seed):
+    """An UPDATE one item of which comes ``bad`` (a read failed upstream): a real item
+    in the middle, the final real item (with ``last``), only the final ``nop`` +
+    ``last`` item (a failed read after the last row), an ignored ``nop`` item, an
+    item of an overflowing UPDATE, the only item of an empty one. Nothing is written
+    for it (no AW, no W: a write would be charged to no descriptor), ``o_done`` has
+    ``read_error``, ``rows_written`` 0 and the counted ``updates``; each is followed
+    by an UPDATE of the same rows (and one more), applied as the golden model says:
+    the accumulator and the hash table start clean."""
+    nrng = np.random.default_rng(seed)
+    model = pmem_model(seed)
+    f32 = make_table(nrng, model, 0x8000 + 64 * int(nrng.integers(0, 64)), dtype=FP32,
+                     dim=40, rows=64)
+    b16 = make_table(nrng, model, 0x50_0000, dtype=BF16, dim=20, rows=32)
+
+    def pair(t: Table, where: str, *, end: str = "nop", weighted: bool = True,
+             bad_nop: bool = False) -> list[Desc]:
+        picked = [int(r) for r in nrng.permutation(t.rows)[:6]]
+        seq = picked + [int(r) for r in nrng.choice(picked, 4)]
+        offsets = [0, 3, 3, 7]
+        n_items = (2 * t.lines if t.bf16 else t.lines) * len(seq) + (end == "nop")
+        at = int(nrng.integers(1, n_items - 1)) if where == "middle" else -1
+        bad = desc_with(nrng, t, seq, offsets, weighted=weighted, end=end, bad_at=at)
+        bad.bad_nop = bad_nop
+        again = [*seq, int(nrng.integers(0, t.rows))]
+        nrng.shuffle(again)
+        return [bad, desc_with(nrng, t, again, offsets, weighted=not weighted)]
+
+    empty = np.zeros((0,), np.int32)
+    descs = [*pair(f32, "middle"),
+             *pair(b16, "middle", weighted=False),
+             *pair(f32, "last", end="last"),                  # the final real item
+             *pair(b16, "last"),                              # only the nop + last
+             *pair(f32, "middle", bad_nop=True),              # an ignored nop item
+             desc(f32, empty, [0], np.zeros((1, f32.dim), np.float32), bad_at=0),
+             random_desc(nrng, f32, num_bags=3, weighted=True, zipf=1.1)]
+    # Overflow and read error together.
+    rows = [int(r) for r in nrng.permutation(f32.rows)[:ACC_ROWS + 1]]
+    descs.append(desc_with(nrng, f32, rows, [0, 9], weighted=False, bad_at=3))
+    assert descs[-1].overflow
+    descs.append(full(nrng, f32, end="last"))
+    for n, d in enumerate(descs):
+        d.traffic = ROUGH if n % 2 else SMOOTH
+    obs = check_run(new_dut(), model, [f32, b16], descs, seed=seed, traffic=ROUGH)
+    assert sum(d["read_error"] for d in obs.dones) == 7
 
 
 # --- throughput ----------------------------------------------------------------------

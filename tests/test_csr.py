@@ -298,6 +298,7 @@ def test_contract_offsets_and_ports():
         "COH_DCOH_ERR_INFO": 0x624, "COH_DCOH_ERR_ADDR_LO": 0x628,
         "COH_DCOH_ERR_ADDR_HI": 0x62C, "COH_CACHE_ERR": 0x630, "COH_CACHE_ERR_INFO": 0x634,
         "COH_CQ_HOST_BASE_LO": 0x640, "COH_CQ_HOST_BASE_HI": 0x644,
+        "COH_SCRATCH_HOST_BASE_LO": 0x648, "COH_SCRATCH_HOST_BASE_HI": 0x64C,
         "COH_GRANTS_DEVICE_LO": 0x680, "COH_GRANTS_HOST_LO": 0x688,
         "COH_HOST_FLIPS_LO": 0x690, "COH_RD_LINES_LO": 0x698, "COH_WR_LINES_LO": 0x6A0,
     }
@@ -331,7 +332,7 @@ def test_contract_offsets_and_ports():
         "ck_overflow_batch": ("in", 32), "ck_records_inc": ("in", 1),
         "ck_undo_stall_inc": ("in", 1), "ck_mlp_lines_inc": ("in", 1),
         "ck_mlp_stall_inc": ("in", 1),
-        "coh_ctrl": ("out", 3), "coh_flip": ("out", 2), "coh_flip_first": ("out", 32),
+        "coh_ctrl": ("out", 4), "coh_flip": ("out", 2), "coh_flip_first": ("out", 32),
         "coh_flip_pages": ("out", 32), "coh_flip_status": ("in", 3),
         "coh_dcoh_err_set": ("in", 11), "coh_dcoh_err": ("out", 11),
         "coh_dcoh_err_info": ("in", 32), "coh_dcoh_err_addr_lo": ("in", 32),
@@ -339,6 +340,7 @@ def test_contract_offsets_and_ports():
         "coh_cache_err_set": ("in", 7), "coh_cache_err": ("out", 7),
         "coh_cache_err_info": ("in", 32),
         "coh_cq_host_base_lo": ("out", 32), "coh_cq_host_base_hi": ("out", 20),
+        "coh_scratch_host_base_lo": ("out", 32), "coh_scratch_host_base_hi": ("out", 20),
         "coh_grants_device_inc": ("in", 1), "coh_grants_host_inc": ("in", 1),
         "coh_host_flips_inc": ("in", 1), "coh_rd_lines_inc": ("in", 1),
         "coh_wr_lines_inc": ("in", 1),
@@ -499,9 +501,9 @@ def test_fields_are_named_port_members(rng):
         ctx.set(eng.in_flight, 0xA5)
         ctx.set(eng.serial, 1)
         assert await tb.read(ctx, "ENG_STATUS") == 0xA5 << 8 | 1 << 17
-        await tb.write(ctx, "COH_CTRL", 0b110)
-        assert (ctx.get(ctrl.hdm_d), ctx.get(ctrl.mlp_src_host), ctx.get(ctrl.cq_host)) == (
-            0, 1, 1)
+        await tb.write(ctx, "COH_CTRL", 0b1110)
+        assert (ctx.get(ctrl.hdm_d), ctx.get(ctrl.mlp_src_host), ctx.get(ctrl.cq_host),
+                ctx.get(ctrl.scratch_host)) == (0, 1, 1, 1)
 
     tb.run(bench)
 

@@ -10,6 +10,12 @@ arrive with random gaps, items leave under random backpressure, PMEM has latency
 jitter and (rough) random AR backpressure and R idle cycles; ``finish`` comes at a
 random delay after the last row, sometimes at once (before the last bag's lines have
 all been asked for). Seeds are printed and ``SEED=<n>`` replays one.
+
+Read errors: a gradient line answered SLVERR / DECERR (:class:`tests.axi_pmem.
+ReadErrors`), or a row arriving ``bad``, must make ``bad`` every item from the first
+one that line or row feeds (and the final ``nop`` item), never fall, and not reach the
+next UPDATE. So must a ``seq_error`` pulse (the sequencer's read failed), from the
+first item handed over after it.
 """
 
 from __future__ import annotations
@@ -18,11 +24,12 @@ import random
 
 import pytest
 
+from hw.bus.axi import AxiResp
 from hw.engine.grad_feed import GradFeed
 from tb.pmem import PmemModel, PmemTiming
 
 from .amaranth_sim import simulate
-from .axi_pmem import ROUGH, SMOOTH, AxiPmemPort, Traffic
+from .axi_pmem import ROUGH, SMOOTH, AxiPmemPort, ReadErrors, Traffic
 from .conftest import assert_lints_clean
 
 ADDR_WIDTH = 20
@@ -30,6 +37,9 @@ PMEM_SIZE = 1 << 20
 LINE = 64
 MAX_GLINES = 4
 TIMING = PmemTiming(read_latency=30, write_latency=12, jitter=10)
+#: An expected ``bad`` that may be 0 or 1 (before the items a failed read or a bad row
+#: feeds: the flag may come early, never late).
+MAYBE = "0 or 1"
 
 
 def _updates(rng: random.Random, n: int) -> list[dict]:
@@ -56,25 +66,71 @@ def _updates(rng: random.Random, n: int) -> list[dict]:
 
 
 def _expected(model: PmemModel, job: dict) -> list[tuple]:
+    """The items of ``job``; the last element of each is ``bad``: with a failed
+    gradient read of bag ``b`` (``job["fault"]``) every item of bags ``b`` on (a bag's
+    lines are all in before its first item), with a ``bad`` row (``job["bad_row"]``,
+    counted in the row stream, empty bags included) its items and every later one,
+    and the final ``nop`` item; :data:`MAYBE` before them. With a ``seq_error`` pulse
+    (``job["seq_error_items"] = (a, b)`` from :func:`_run`: the items handed over
+    before its edge, and those up to its edge's) the items from ``b`` on and the final
+    one are bad, one handed over at its edge may be, those before it follow the rest."""
     out = []
     g = job["glines"]
+    fault, bad_row = job.get("fault"), job.get("bad_row")
+    first = None                        # the first item that must be bad
+    fed = 0                             # rows of the row stream before this bag's
     for b, rows in enumerate(job["rows"]):
         lines = [int.from_bytes(model.read(job["data_addr"] + (b * g + j) * LINE, LINE),
                                 "little") for j in range(g)]
-        for row, weight in zip(rows, job["weights"][b], strict=True):
+        if first is None and fault is not None and b >= fault[0]:
+            first = len(out)
+        for k, (row, weight) in enumerate(zip(rows, job["weights"][b], strict=True)):
+            if first is None and bad_row is not None and fed + k >= bad_row:
+                first = len(out)
             for j in range(job["items"]):
-                out.append((row, j, weight, lines[j] if j < g else 0, 0, 0))
-    return [*out, ("nop",)]
+                out.append((row, j, weight, lines[j] if j < g else 0, 0, 0, 0))
+        fed += max(1, len(rows))
+    bad = fault is not None or bad_row is not None
+    if bad:
+        first = len(out) if first is None else first
+        out = [(*it[:-1], MAYBE if k < first else 1) for k, it in enumerate(out)]
+    seq = job.get("seq_error_items")
+    if seq is not None:
+        a, b = seq
+        out = [(*it[:-1], 1 if k >= b else MAYBE if k >= a and it[-1] == 0 else it[-1])
+               for k, it in enumerate(out)]
+    return [*out, ("nop", int(bad or seq is not None))]
+
+
+def _same(got: tuple, want: tuple) -> bool:
+    return len(got) == len(want) and all(
+        g == w or (w == MAYBE and g in (0, 1)) for g, w in zip(got, want, strict=True))
+
+
+def _check(items: list[tuple], want: list[tuple], name: str) -> None:
+    assert len(items) == len(want), f"{name}: {len(items)} items, want {len(want)}"
+    for i, (a, b) in enumerate(zip(items, want, strict=True)):
+        assert _same(a, b), (f"{name} item {i}: {a[:3]} bad {a[-1]} differs from {b[:3]} "
+                             f"bad {b[-1]}" + (" (grad differs)" if a[3:-1] != b[3:-1] else ""))
+    bad = [it[-1] for it in items]
+    assert bad == sorted(bad), f"{name}: bad falls within the items: {bad}"
 
 
 def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
          row_gap: float, out_bp: float, max_cycles: int = 40_000
          ) -> list[tuple[list[tuple], int]]:
     """Run ``jobs`` back to back; per job its items and the cycles from ``start`` to
-    the last item."""
+    the last item. A job's ``seq_error = (rows, delay)``: ``seq_error`` pulses once
+    ``rows`` rows have been taken and ``delay`` cycles more have passed, or with
+    ``finish`` if that comes first; its items' indices at the pulse are recorded as
+    ``job["seq_error_items"]`` (see :func:`_expected`)."""
     dut = GradFeed(addr_width=ADDR_WIDTH, id_width=2, max_glines=MAX_GLINES)
     rng = random.Random(seed)
-    port = AxiPmemPort(dut.pmem, model, rng, traffic)
+    # Each job's ``fault`` (bag, line, rresp): that gradient line answered with an error.
+    failing = {job["data_addr"] + (job["fault"][0] * job["glines"] + job["fault"][1]) * LINE:
+               job["fault"][2] for job in jobs if job.get("fault") is not None}
+    errors = ReadErrors(fail=lambda line, n: failing.get(line, 0))
+    port = AxiPmemPort(dut.pmem, model, rng, traffic, read_errors=errors)
     got: list[tuple[list[tuple], int]] = []
     reads: list[int] = []
     o = dut.o_items
@@ -97,8 +153,12 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
                 for k, (row, w) in enumerate(zip(rows, job["weights"][b], strict=True)):
                     feed.append({"row": row, "row_k": k, "last_row": int(k == len(rows) - 1),
                                  "weight": w, "empty_bag": 0, "count": len(rows)})
+            if job.get("bad_row") is not None:
+                feed[job["bad_row"]]["bad"] = 1
             finish_at = None
             start = port.cycle
+            seq_error, reached = job.get("seq_error"), None
+            taken = 0
             while True:
                 assert port.cycle - start < max_cycles, "UPDATE did not finish (hang)"
                 if checked_at is not None and port.cycle - start + 1 == checked_at:
@@ -108,7 +168,15 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
                     ctx.set(dut.i_rows.valid, 1)
                 else:
                     ctx.set(dut.i_rows.valid, 0)
-                ctx.set(dut.finish, int(finish_at is not None and port.cycle == finish_at))
+                finishing = finish_at is not None and port.cycle == finish_at
+                ctx.set(dut.finish, int(finishing))
+                if seq_error is not None and reached is None and taken >= seq_error[0]:
+                    reached = port.cycle
+                pulse = (seq_error is not None and "seq_error_items" not in job
+                         and (finishing or (reached is not None
+                                            and port.cycle - reached >= seq_error[1])))
+                ctx.set(dut.seq_error, int(pulse))
+                before = len(items)
                 ctx.set(o.ready, not rng.random() < out_bp)
                 (rv, rr, ov, orr, payload, arv, arr, ara) = await port.tick(
                     ctx, dut.i_rows.valid, dut.i_rows.ready, o.valid, o.ready, o.payload,
@@ -117,19 +185,24 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
                     reads.append(ara)
                 if rv and rr:
                     feed.pop(0)
+                    taken += 1
                     if not feed:
                         finish_at = port.cycle + job["finish_delay"]
                 if ov and orr:
                     if payload.nop:
                         assert payload.last, "nop item without last"
-                        items.append(("nop",))
+                        items.append(("nop", payload.bad))
                         break
                     assert not payload.last, "last on an update item"
                     items.append((payload.row, payload.line, payload.weight, payload.grad, 0,
-                                  0))
+                                  0, payload.bad))
+                if pulse:
+                    job["seq_error_items"] = (before, len(items))
+            assert seq_error is None or "seq_error_items" in job, "no seq_error pulse"
             cycles = port.cycle - start
             ctx.set(dut.i_rows.valid, 0)
             ctx.set(dut.finish, 0)
+            ctx.set(dut.seq_error, 0)
             ctx.set(dut.checked, 0)
             (busy,) = await port.tick(ctx, dut.busy)
             assert not busy, "busy after the last item"
@@ -142,6 +215,7 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
     want = sorted(job["data_addr"] + i * LINE for job in jobs
                   for i in range(job["num_bags"] * job["glines"]))
     assert sorted(reads) == want, "reads differ from the gradient buffers' lines"
+    assert len(errors.failed) == len(failing), f"failed reads {errors.failed}"
     return got
 
 
@@ -160,10 +234,57 @@ def test_items_match_contract(noise, seed):
     jobs = _updates(random.Random(seed), 6)
     got = _run(model, jobs, seed=seed, traffic=traffic, row_gap=row_gap, out_bp=out_bp)
     for k, (job, (items, _)) in enumerate(zip(jobs, got, strict=True)):
-        want = _expected(model, job)
-        assert len(items) == len(want), f"UPDATE {k}: {len(items)} items, want {len(want)}"
-        for i, (a, b) in enumerate(zip(items, want, strict=True)):
-            assert a == b, f"UPDATE {k} item {i}: {a[:3]} differs from {b[:3]}"
+        _check(items, _expected(model, job), f"UPDATE {k}")
+
+
+@pytest.mark.parametrize("noise", [(SMOOTH, 0.0, 0.0), (ROUGH, 0.3, 0.3)],
+                         ids=["smooth", "rough"])
+def test_read_errors(noise, seed):
+    """UPDATEs with a gradient line answered SLVERR or DECERR (of a random bag, empty
+    ones included, read ahead or not), with a row arriving ``bad`` (an empty bag's
+    among them), or clean, in random order: the items from those the line or row
+    feeds on are ``bad``, the final one too, and the next UPDATE's are not."""
+    traffic, row_gap, out_bp = noise
+    rng = random.Random(seed)
+    model = _model(seed)
+    jobs = _updates(rng, 9)
+    for k, job in enumerate(jobs):
+        kind = k % 3
+        if kind == 0:
+            bag = rng.randrange(job["num_bags"])
+            job["fault"] = (bag, rng.randrange(job["glines"]),
+                            rng.choice([AxiResp.SLVERR, AxiResp.DECERR]))
+        elif kind == 1:
+            job["bad_row"] = rng.randrange(sum(max(1, c) for c in job["counts"]))
+    rng.shuffle(jobs)
+    got = _run(model, jobs, seed=seed, traffic=traffic, row_gap=row_gap, out_bp=out_bp)
+    for k, (job, (items, _)) in enumerate(zip(jobs, got, strict=True)):
+        _check(items, _expected(model, job), f"UPDATE {k}")
+
+
+@pytest.mark.parametrize("noise", [(SMOOTH, 0.0, 0.0), (ROUGH, 0.3, 0.3)],
+                         ids=["smooth", "rough"])
+def test_seq_error(noise, seed):
+    """UPDATEs with a ``seq_error`` pulse at a random point (before any row, between
+    rows, after the last one, with ``finish`` as the engine gives it), some with a
+    failed gradient read or a ``bad`` row as well, each followed by a clean UPDATE: the
+    items handed over after the pulse are ``bad``, the final one too, those before it
+    are not (unless the other cause makes them), and the next UPDATE's are clean."""
+    traffic, row_gap, out_bp = noise
+    rng = random.Random(seed)
+    model = _model(seed)
+    jobs = _updates(rng, 12)
+    for k, job in enumerate(jobs[::2]):
+        rows = sum(max(1, c) for c in job["counts"])
+        job["seq_error"] = (rng.randrange(rows + 1), rng.choice([0, 0, 1, 5, 30, 1 << 30]))
+        if k % 3 == 1:
+            job["fault"] = (rng.randrange(job["num_bags"]), rng.randrange(job["glines"]),
+                            rng.choice([AxiResp.SLVERR, AxiResp.DECERR]))
+        elif k % 3 == 2:
+            job["bad_row"] = rng.randrange(rows)
+    got = _run(model, jobs, seed=seed, traffic=traffic, row_gap=row_gap, out_bp=out_bp)
+    for k, (job, (items, _)) in enumerate(zip(jobs, got, strict=True)):
+        _check(items, _expected(model, job), f"UPDATE {k}")
 
 
 def test_reads_ahead():

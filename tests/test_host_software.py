@@ -22,7 +22,8 @@ ROUND = Platform(name="round", device_clock_hz=1e9, link_bytes_per_s=float("inf"
                  link_one_way_ns=0.0, cxl_io_round_trip_ns=1.0, pmem_channels=1,
                  pmem_read_bytes_per_s=64e9, pmem_write_bytes_per_s=32e9,
                  pmem_read_latency_ns=100.0, pmem_write_latency_ns=200.0,
-                 pmem_media_bytes=256, gpu_flops=1e12, gpu_launch_ns=10_000.0)
+                 pmem_media_bytes=256, gpu_flops=1e12, gpu_launch_ns=10_000.0,
+                 gpu_memory_latency_ns=300.0)
 #: One core with two misses in flight; 10 ns per index and 1 ns per line; 100 ns per
 #: parallel phase; PCIe at 64 B/ns after 50 ns per copy; 1 W while busy.
 CPU = HostCpu(cores=1, misses_per_core=2, index_ns=10.0, line_ns=1.0, phase_ns=100.0,

@@ -15,6 +15,10 @@ settings, and each row's ``update`` flag marks exactly the UPDATE's rows; with s
 sequencers, descriptors are taken while earlier ones still stream. Passive checkers hold
 ``o_rows``, ``o_status`` and the AXI channels to the stream rules. Random tests
 print their seed; ``SEED=<n>`` replays one.
+
+With read errors (:func:`tests.test_bag_sequencer.random_fault`): the statuses and the
+rows' ``bad`` as for one sequencer, and a row marked ``bad`` never asks for an undo
+capture (a failed read may have made it).
 """
 
 from __future__ import annotations
@@ -25,27 +29,40 @@ import numpy as np
 import pytest
 
 from hw.engine.bag_sequencer import STATUS
-from hw.engine.descriptor import DescKind, pack_descriptor
+from hw.engine.descriptor import DescKind, Status, pack_descriptor
 from hw.engine.sequencer_pool import SequencerPool, rows_layout, update_layout
 from sim.embedding import lines_per_row
 from tb.pmem import PmemModel, PmemTiming
 
 from .amaranth_sim import simulate
-from .axi_pmem import ROUGH, SMOOTH, Traffic
+from .axi_pmem import ROUGH, SMOOTH, ReadErrors, Traffic
 from .conftest import assert_lints_clean
 from .payload import unpack
 from .stream_rule import StreamRule
-from .test_bag_sequencer import ADDR_WIDTH, PMEM_SIZE, Alloc, Case, compare, random_case
+from .test_bag_sequencer import (
+    ADDR_WIDTH,
+    PMEM_SIZE,
+    Alloc,
+    Case,
+    Fault,
+    compare,
+    random_case,
+    random_fault,
+    read_errors,
+)
 
 ID_WIDTH = 4
 
 
 class ReadPort:
     """The sequencers' read-only AXI4 port served by ``model`` (bursts allowed), with
-    random ``arready`` and idle R cycles; AR held to the stream rule, writes refused."""
+    random ``arready`` and idle R cycles and the read errors of ``faults``; AR held to
+    the stream rule, writes refused."""
 
-    def __init__(self, port, model: PmemModel, rng: random.Random, traffic: Traffic):
+    def __init__(self, port, model: PmemModel, rng: random.Random, traffic: Traffic,
+                 faults: ReadErrors):
         self.port, self.model, self.rng, self.traffic = port, model, rng, traffic
+        self.faults = faults
         self.cycle = 0
         self.beat = None
         self.rule = StreamRule("AR")
@@ -58,7 +75,7 @@ class ReadPort:
         p, t, rng, model = self.port, self.traffic, self.rng, self.model
         ctx.set(p.arready, not rng.random() < t.ar_bp)
         if self.beat is None and not rng.random() < t.r_idle:
-            self.beat = model.r_beat(self.cycle)
+            self.beat = self.faults.beat(model.r_beat(self.cycle))
             if self.beat is not None:
                 for sig, value in zip((p.rid, p.rdata, p.rresp, p.rlast), self.beat,
                                       strict=True):
@@ -72,6 +89,7 @@ class ReadPort:
         self.rule.observe(self.cycle, arvalid, arready, tuple(ar))
         if arvalid and arready:
             model.accept_ar(ar[0], ar[1], ar[2], self.cycle, size=ar[3], burst=ar[4])
+            self.faults.accept_ar(ar[0], ar[1], ar[2])
         if self.beat is not None and rready:
             model.r_accept(self.cycle)
             self.beat = None
@@ -79,16 +97,16 @@ class ReadPort:
         return values[10:]
 
 
-def settings(f: dict) -> tuple[dict, dict]:
-    """The gather settings every row of descriptor ``f`` carries, and (for an UPDATE)
-    the ``update`` output as its turn begins."""
+def settings(f: dict, bad: int = 0) -> tuple[dict, dict]:
+    """The gather settings every row of descriptor ``f`` carries (a ``bad`` one asks for
+    no undo capture), and (for an UPDATE) the ``update`` output as its turn begins."""
     aw = (1 << ADDR_WIDTH) - 1
     dtype = "bfloat16" if f["bf16"] else np.float32
     lpr = lines_per_row(f["dim"], dtype)
     update = f["kind"] == DescKind.UPDATE.value
     gather = {"table_base": f["table_base"] & aw, "lines_per_row": lpr,
               "batch_id": f["batch_id"], "table_id": f["table_id"],
-              "capture": int(f["capture_undo"] and not update),
+              "capture": int(f["capture_undo"] and not update and not bad),
               "pool": {"mode": f["mode"], "weighted": f["weighted"], "bf16": f["bf16"],
                        "lines_per_row": lpr}}
     glines = lines_per_row(f["dim"], np.float32)
@@ -110,7 +128,9 @@ def nested(layout, value: int) -> dict:
     return out
 
 
-def cases(rng: random.Random, n: int) -> list[Case]:
+def cases(rng: random.Random, n: int, faults: float = 0.0) -> list[Case]:
+    """``n`` random descriptors, some failing their checks; with ``faults`` that share
+    of the others with a read error (:func:`tests.test_bag_sequencer.random_fault`)."""
     alloc = Alloc(rng)
     out = []
     for _ in range(n):
@@ -120,24 +140,45 @@ def cases(rng: random.Random, n: int) -> list[Case]:
                 c.fields["rows"] = 0        # every index out of range
             else:
                 c.fields["offsets_addr"] += 2   # misaligned (same buffer, same lines)
+        elif rng.random() < faults and (fault := random_fault(rng, c)) is not None:
+            c.faults.append(fault)
         out.append(c)
+    if faults:
+        # At least one LOOKUP with capture_undo whose rows turn bad in pass 2, and one
+        # whose rows are all good.
+        def capturing(c, where):
+            return (c.fields["kind"] == DescKind.LOOKUP.value and c.fields["capture_undo"]
+                    and c.fields["num_bags"]
+                    and c.read_fault(c.golden_status())[0] == where
+                    and c.golden_status() is Status.OK)
+        spare = [c for c in out if c.fields["kind"] == DescKind.LOOKUP.value
+                 and c.fields["num_bags"] and not c.faults and c.golden_status() is Status.OK]
+        rng.shuffle(spare)
+        if not any(capturing(c, "pass2") for c in out) and spare:
+            c = spare.pop()
+            c.fields["capture_undo"] = 1
+            c.faults.append(Fault("offsets", 0, frozenset({1})))
+        if not any(capturing(c, None) for c in out) and spare:
+            spare.pop().fields["capture_undo"] = 1
     return out
 
 
 def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
-         traffic: Traffic) -> dict:
+         traffic: Traffic, faults: float = 0.0) -> dict:
     rng = random.Random(seed)
     dut = SequencerPool(addr_width=ADDR_WIDTH, id_width=ID_WIDTH, sequencers=sequencers)
     model = PmemModel(size=PMEM_SIZE, rng=random.Random(seed + 1),
                       timing=PmemTiming(read_latency=12, jitter=12))
-    port = ReadPort(dut.pmem, model, rng, traffic)
-    descs = cases(rng, n)
+    descs = cases(rng, n, faults)
+    port = ReadPort(dut.pmem, model, rng, traffic,
+                    read_errors(descs, random.Random(seed + 2)))
     for c in descs:
         c.write(model)
     want = [e for c in descs for e in c.expected()]
     rules = [StreamRule("o_rows"), StreamRule("o_status")]
     got: list[tuple] = []
-    stats = {"overlap": 0}
+    # Rows of LOOKUPs with capture_undo, by their ``bad``.
+    stats = {"overlap": 0, "capture_good": 0, "capture_bad": 0}
     rows_l, upd_l = rows_layout(ADDR_WIDTH), update_layout(ADDR_WIDTH)
 
     async def bench(ctx):
@@ -189,16 +230,18 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
             if r_valid and r_ready:
                 assert not gate, f"a row passed before the UPDATE was durable ({where})"
                 row = nested(rows_l, r_p)
-                gather, _ = settings(f)
+                gather, _ = settings(f, row["row"]["bad"])
                 assert row["gather"] == gather, f"row settings ({where})"
+                if f["capture_undo"] and f["kind"] == DescKind.LOOKUP.value:
+                    stats["capture_bad" if row["row"]["bad"] else "capture_good"] += 1
                 assert row["update"] == (f["kind"] == DescKind.UPDATE.value), where
                 if f["kind"] == DescKind.UPDATE.value:
                     assert started == out, f"UPDATE rows before update_start ({where})"
                     assert checked, f"UPDATE row without update_checked ({where})"
                 got.append(("row", row["row"]))
             if s_valid and s_ready:
-                status = unpack(STATUS, s_p)["status"]
-                got.append(("status", status))
+                got.append(("status", unpack(STATUS, s_p)))
+                status = got[-1][1]["status"]
                 if f["kind"] == DescKind.UPDATE.value:
                     assert started == out, f"UPDATE without update_start ({where})"
                     assert checked_for != out or status == 0, (
@@ -217,6 +260,7 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
     assert not errors, "\n".join(errors[:10])
     compare(got, want)
     assert model.outstanding == (0, 0)
+    stats["failed"] = len(port.faults.failed)
     return stats
 
 
@@ -229,6 +273,19 @@ def test_rows_in_order_with_context(seed, sequencers, traffic, idle, bp):
     assert stats["durable_pulses"]
     if sequencers > 1:
         assert stats["overlap"], "no descriptor was taken while an earlier one streamed"
+
+
+@pytest.mark.parametrize("sequencers", [1, 3])
+def test_read_errors(seed, sequencers):
+    """Random descriptors, most of the good ones with a read error, rough traffic: the
+    statuses (READ_ERROR for a failed pass-1 read, OK and ``read_error`` for pass 2)
+    and the rows' ``bad`` as for one sequencer, each one's error kept to its own
+    descriptor; a LOOKUP with ``capture_undo`` asks for the capture of its good rows
+    only."""
+    stats = _run(seed, sequencers, n=40, idle=0.3, bp=0.3, traffic=ROUGH, faults=0.7)
+    print(stats)
+    assert stats["failed"] and stats["durable_pulses"]
+    assert stats["capture_good"] and stats["capture_bad"], "no bad or no good capture row"
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -787,7 +787,7 @@ _CACHE_ERRORS = (
 
 def _coherence_registers() -> Iterable[Register]:
     yield Register(
-        "COH_CTRL", 0x600, Kind.RW, width=3,
+        "COH_CTRL", 0x600, Kind.RW, width=4,
         fields=[Field("HDM_D", 0, 1, "Device memory is HDM-D: host requests are checked "
                       "against the bias table, MemRdFwd / MemWrFwd go to the DCOH and every "
                       "engine access is gated by bias. 0 (reset): the DCOH is bypassed, as "
@@ -795,7 +795,11 @@ def _coherence_registers() -> Iterable[Register]:
                 Field("MLP_SRC_HOST", 1, 1, "MLP_CHECKPOINT copies GPU memory (its data_addr "
                       "is a host byte address) with CXL.cache RdCurr."),
                 Field("CQ_HOST", 2, 1, "Completion records go to GPU memory at COH_CQ_HOST_BASE "
-                      "with CXL.cache ItoMWr instead of device memory at ENG_CQ_BASE.")],
+                      "with CXL.cache ItoMWr instead of device memory at ENG_CQ_BASE."),
+                Field("SCRATCH_HOST", 3, 1, "LOOKUP / UPDATE buffer addresses (indices, "
+                      "offsets, weights, gradients, pooled output) are offsets into the "
+                      "GPU-memory scratch window at COH_SCRATCH_HOST_BASE: read with "
+                      "CXL.cache RdCurr, pooled vectors written with ItoMWr.")],
         doc="Coherence mode. Change only while the engine and the host's traffic are idle.")
     yield Register(
         "COH_FLIP", 0x604, Kind.PULSE, width=2,
@@ -840,6 +844,14 @@ def _coherence_registers() -> Iterable[Register]:
             "bits [31:6] (bits [5:0] read 0).")
     yield Register("COH_CQ_HOST_BASE_HI", 0x644, Kind.RW, width=HOST_ADDR_BITS - DATA_WIDTH,
                    doc="Bits [51:32] of the GPU-memory completion-record array.")
+    yield Register(
+        "COH_SCRATCH_HOST_BASE_LO", 0x648, Kind.RW,
+        writable_mask=((1 << DATA_WIDTH) - 1) & ~0x3F,
+        doc="GPU-memory byte address of the scratch window with COH_CTRL.SCRATCH_HOST, "
+            "bits [31:6] (bits [5:0] read 0).")
+    yield Register("COH_SCRATCH_HOST_BASE_HI", 0x64C, Kind.RW,
+                   width=HOST_ADDR_BITS - DATA_WIDTH,
+                   doc="Bits [51:32] of the GPU-memory scratch window.")
     counters = (
         ("COH_GRANTS_DEVICE", 0x680, "Engine line accesses granted in device bias."),
         ("COH_GRANTS_HOST", 0x688, "Engine line accesses granted in host bias (after the "

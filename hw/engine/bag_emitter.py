@@ -40,6 +40,11 @@ class BagEmitter(wiring.Component):
     i_desc : ``In(Descriptor)``
         The descriptor (``num_bags``, ``weighted``, padding), held.
     i_start : ``In(1)``
+    i_counted_only : ``In(1)``
+        While high, the first ``counted`` indices of a bag become its rows whatever
+        their values and the rest are skipped as padding: the bag sequencer raises it
+        once a pass-2 read has failed, so the rows keep to the scan's counts (each bag
+        ends with its ``last_row``) even if the two reads of an index line disagree.
     i_bag : ``In(stream.Signature(BAG))``
     i_indices, i_weights : ``In(stream.Signature(32))``
         ``i_weights`` is used only when ``weighted``.
@@ -49,6 +54,7 @@ class BagEmitter(wiring.Component):
 
     i_desc: In(Descriptor)
     i_start: In(1)
+    i_counted_only: In(1)
     i_bag: In(stream.Signature(BAG))
     i_indices: In(stream.Signature(32))
     i_weights: In(stream.Signature(32))
@@ -109,7 +115,8 @@ class BagEmitter(wiring.Component):
                     m.next = "ROWS"         # its padding indices
             with m.State("ROWS"):
                 index = indices.payload
-                padding = desc.has_padding_idx & (index == desc.padding_idx)
+                padding = Mux(self.i_counted_only, row_k >= count,
+                              desc.has_padding_idx & (index == desc.padding_idx))
                 step = (indices.valid & (~desc.weighted | weights.valid)
                         & (padding | loadable))
                 m.d.comb += [indices.ready.eq(step), weights.ready.eq(step & desc.weighted)]

@@ -21,7 +21,10 @@ class BagScan(wiring.Component):
     row emitter knows a bag's count before its first row.
 
     ``offsets[0]`` (0, checked in pass 1) is skipped; each later offset ends a bag and
-    ``num_indices`` ends the last. ``i_offsets`` must carry ``num_bags`` words and
+    ``num_indices`` ends the last. An offset below the bag's start or above
+    ``num_indices`` (compared unsigned; possible only when a pass-2 read failed and
+    garbled it) is clamped to that bound, so the scan always ends after ``num_bags``
+    bags and ``num_indices`` indices. ``i_offsets`` must carry ``num_bags`` words and
     ``i_indices`` ``num_indices`` words (those of the bags); the scan takes exactly
     those.
 
@@ -61,7 +64,13 @@ class BagScan(wiring.Component):
 
         def next_bag(last_bag):
             """Start scanning the next bag once its end is known, else wait for it."""
-            end = Mux(last_bag, desc.num_indices, offsets.payload)
+            # Pass 1 has checked the offsets; each is clamped (as unsigned) into
+            # [position, num_indices] all the same, so that offsets a failed pass-2 read
+            # garbled still end the scan after exactly ``num_indices`` indices.
+            off = offsets.payload
+            end = Mux(last_bag, desc.num_indices,
+                      Mux(off < position, position,
+                          Mux(off > desc.num_indices, desc.num_indices, off)))
             m.d.comb += offsets.ready.eq(~last_bag)
             with m.If(last_bag | offsets.valid):
                 m.d.sync += [length.eq(end - position), left.eq(end - position),

@@ -21,7 +21,7 @@ from .row_gather import ROW
 __all__ = ["STATUS", "BagSequencer"]
 
 #: The completion status of one descriptor (a :class:`~.descriptor.Status` code).
-STATUS = data.StructLayout({"status": 8})
+STATUS = data.StructLayout({"status": 8, "read_error": 1})
 
 #: Bags the count scan may run ahead of the row emission.
 _BAG_FIFO = 16
@@ -99,8 +99,22 @@ class BagSequencer(wiring.Component):
     ``o_status`` (exactly one per descriptor) is offered only once the last ``o_rows``
     item has been taken. ``i_desc.ready`` is high only when idle. ``arvalid`` and the AR
     payload are registers; ``rready`` and ``bready`` are always 1, AW and W are never
-    used. ``rresp`` is ignored. Synchronous reset drops the descriptor in progress; the
-    AXI subordinate must be reset with the block.
+    used. Synchronous reset drops the descriptor in progress; the AXI subordinate must be
+    reset with the block.
+
+    **Read errors.** An R beat with ``rresp`` other than OKAY (a PMEM error, or a
+    CXL.cache read of the GPU-memory scratch window answered with an error) during a
+    descriptor: in pass 1 the descriptor ends with ``READ_ERROR`` once its readers are
+    idle (before BAD_OFFSETS and INDEX_RANGE, which its data cannot be trusted for) and
+    emits no row; in pass 2 (rows already going out) every row from then on has
+    ``bad`` set and the status carries ``read_error`` (with status OK: the rows
+    emitted still flow). The failed data cannot break the stream: the count scan clamps
+    the offsets it reads into the checked range, and the emitter, from the error on,
+    takes the first ``counted`` indices of each bag as its rows (``i_counted_only``),
+    so every bag still ends with its last row. The rows a failed read made come after
+    the flag is set; a read that fails after the last row (padding indices, weights)
+    shows only in the status. The engine writes no table row for the descriptor and
+    completes it with ``READ_ERROR``.
 
     Parameters
     ----------
@@ -118,7 +132,8 @@ class BagSequencer(wiring.Component):
     o_rows : ``Out(stream.Signature(ROW))``
         Counted rows of every bag in index order, and lone empty bags.
     o_status : ``Out(stream.Signature(STATUS))``
-        The descriptor's :class:`~.descriptor.Status`, after its last ``o_rows`` item.
+        The descriptor's :class:`~.descriptor.Status`, after its last ``o_rows`` item,
+        and ``read_error`` (a read failed in pass 2, see above).
     passed : ``Out(1)``
         The descriptor passed every check and its rows are being emitted (pass 2).
 
@@ -182,6 +197,13 @@ class BagSequencer(wiring.Component):
         wiring.connect(m, indices.o_word, emitter.i_indices)
         wiring.connect(m, weights.o_word, emitter.i_weights)
         wiring.connect(m, emitter.o_rows, wiring.flipped(self.o_rows))
+        # A read of the descriptor's buffers answered with an error (SLVERR / DECERR):
+        # READ_ERROR in pass 1; in pass 2 every row from then on is ``bad``.
+        rd_err = Signal()
+        r_err = self.pmem.rvalid & self.pmem.rready & self.pmem.rresp.any()
+        with m.If(r_err):
+            m.d.sync += rd_err.eq(1)
+        m.d.comb += [self.o_rows.p.bad.eq(rd_err), emitter.i_counted_only.eq(rd_err)]
 
         def start(reader, addr, count):
             m.d.comb += [reader.i_start.eq(1), reader.i_base.eq(addr[LINE_SHIFT:aw]),
@@ -197,7 +219,7 @@ class BagSequencer(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.i_desc.ready.eq(1)
                 with m.If(self.i_desc.valid):
-                    m.d.sync += desc.eq(self.i_desc.payload)
+                    m.d.sync += [desc.eq(self.i_desc.payload), rd_err.eq(0)]
                     m.next = "SIZE_REGIONS"
 
             with m.State("SIZE_REGIONS"):      # the field check's products settle
@@ -218,7 +240,9 @@ class BagSequencer(wiring.Component):
                              offsets.i_flush.eq(bad_offsets),
                              indices.i_flush.eq(bad_offsets | bad_index)]
                 with m.If(offsets.o_idle & indices.o_idle):
-                    with m.If(bad_offsets):
+                    with m.If(rd_err | r_err):
+                        finish(Status.READ_ERROR.value)
+                    with m.Elif(bad_offsets):
                         finish(Status.BAD_OFFSETS.value)
                     with m.Elif(bad_index):
                         finish(Status.INDEX_RANGE.value)
@@ -243,7 +267,8 @@ class BagSequencer(wiring.Component):
                     finish(Status.OK.value)
 
             with m.State("STATUS"):
-                m.d.comb += [self.o_status.valid.eq(1), self.o_status.p.status.eq(status)]
+                m.d.comb += [self.o_status.valid.eq(1), self.o_status.p.status.eq(status),
+                             self.o_status.p.read_error.eq(rd_err)]
                 with m.If(self.o_status.ready):
                     m.next = "IDLE"
         return m

@@ -110,6 +110,10 @@ class CoalescedUpdate(wiring.Component):
     UPDATE's indices at or below ``acc_rows`` and their lines (``n`` each) at or below
     ``acc_lines`` (``docs/embedding.md``), so it never overflows there.
 
+    **Read errors.** An item with ``bad`` set (a read of the descriptor's buffers
+    failed upstream) marks the descriptor: apply then writes no row, as on overflow
+    (``o_done.read_error`` set, ``rows_written`` 0).
+
     **Apply** (after ``last`` and the accumulation's drain): the entries are walked in
     order, each once its row's lines are all in the buffer (they arrive in entry
     order; one cycle per row; each entry's bucket is cleared on the way, so the next
@@ -151,7 +155,8 @@ class CoalescedUpdate(wiring.Component):
     i_items : ``In(stream.Signature(ITEM))``
     pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
     o_done : ``Out(stream.Signature(DONE))``
-        ``rows_written`` (distinct rows), ``updates`` (counted indices), ``overflow``.
+        ``rows_written`` (distinct rows), ``updates`` (counted indices), ``overflow``,
+        ``read_error``.
     init : ``Out(1)``
         The hash table is being cleared after reset.
 
@@ -237,8 +242,13 @@ class CoalescedUpdate(wiring.Component):
         fresh = Signal()                            # ... its first occurrence
         drop = Signal()                             # ... dropped (overflow)
         probe = Signal(entry_bits)                  # the bucket being read
+        bad = Signal()                              # an item came ``bad``: write nothing
+        no_write = Signal()
+        m.d.comb += no_write.eq(overflow | bad)
         with m.If(take):
             m.d.sync += [ctrl.eq(self.i_ctrl), item.eq(items.p)]
+            with m.If(items.p.bad):
+                m.d.sync += bad.eq(1)
 
         # --- accumulation pipeline: positions 1 .. _ACC_WRITE after issue
         acc_meta = data.StructLayout({"addr": acc_bits})
@@ -401,16 +411,17 @@ class CoalescedUpdate(wiring.Component):
             with m.State("APPLY"):
                 # Walk the entries: clear each one's bucket (every valid slot belongs to
                 # an entry, so clearing both is right) and queue its row (none on
-                # overflow); wait until every line is written and every B back.
+                # overflow or a read error); wait until every line is written and every
+                # B back.
                 # ``entry_r`` is presented the entry after ``walk`` as the walk
                 # advances, so it holds ``walk``'s entry in every cycle (one row per
                 # cycle).
                 m.d.comb += [applying.eq(1), walking.eq(walk != count)]
-                with m.If(walking & ((row_q.w_rdy & (walk < fetched)) | overflow)):
+                with m.If(walking & ((row_q.w_rdy & (walk < fetched)) | no_write)):
                     m.d.comb += [
                         advance.eq(1),
                         slot_w.addr.eq(entry_r.data.bucket), slot_w.data.eq(0), slot_w.en.eq(1),
-                        row_q.w_en.eq(~overflow),
+                        row_q.w_en.eq(~no_write),
                     ]
                     m.d.sync += walk.eq(walk + 1)
                 with m.If(~walking & ~apply_busy & (owed == 0) & ~fetching):
@@ -418,11 +429,13 @@ class CoalescedUpdate(wiring.Component):
 
             with m.State("DONE"):
                 m.d.comb += [self.o_done.valid.eq(1),
-                             self.o_done.p.rows_written.eq(Mux(overflow, 0, count)),
+                             self.o_done.p.rows_written.eq(Mux(no_write, 0, count)),
                              self.o_done.p.updates.eq(updates),
-                             self.o_done.p.overflow.eq(overflow)]
+                             self.o_done.p.overflow.eq(overflow),
+                             self.o_done.p.read_error.eq(bad)]
                 with m.If(self.o_done.ready):
                     m.d.sync += [count.eq(0), lines_used.eq(0), updates.eq(0), overflow.eq(0),
+                                 bad.eq(0),
                                  drop.eq(0), walk.eq(0), fetched.eq(0)]
                     m.next = "RUN"
 

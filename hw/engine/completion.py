@@ -12,7 +12,7 @@ from hw.cxl.messages import LINE_ADDR_BITS
 
 from .bag_sequencer import STATUS
 from .desc_fetch import RING_ORDER_MAX, slot_mask
-from .descriptor import ADDR_BITS
+from .descriptor import ADDR_BITS, Status
 from .done_queue import DoneQueue
 from .line_writer import COUNT_BITS, LineWriter
 from .pool_reduce import POOLED
@@ -76,8 +76,12 @@ class Completion(wiring.Component):
     * a LOOKUP that passed writes ``num_bags`` pooled vectors from ``i_pooled`` to
       ``data_addr`` onwards, one line per single-beat write, the bytes at or past
       ``dim`` elements zeroed, and completes once every vector is written;
-    * an UPDATE that passed pulses ``upd_finish`` (its rows have all been handed on)
-      and completes when ``i_done`` reports the scatter's write-back.
+    * an UPDATE that passed pulses ``upd_finish`` (its rows have all been handed on;
+      ``upd_read_error`` with it when its status has ``read_error``) and completes when
+      ``i_done`` reports the scatter's write-back;
+    * a LOOKUP or UPDATE that passed but whose status has ``read_error`` (a read of its
+      buffers failed in pass 2), or whose ``i_done`` has it (the scatter wrote nothing),
+      runs as above and completes with ``READ_ERROR``.
 
     Pooled lines are drained as they come, before the status (which the sequencer sends
     after its last row): holding them would stall the gather behind the status. They
@@ -96,13 +100,18 @@ class Completion(wiring.Component):
     descriptors wait for their record's B this way). B responses other than OKAY pulse
     ``resp_error``.
 
+    With ``scratch_host`` (``COH_CTRL.SCRATCH_HOST``) the pooled lines go instead to GPU
+    memory, line ``scratch_host_line + data_addr // 64`` onwards, as write requests on
+    ``o_rec`` counted as the host-side records are (below).
+
     With ``cq_host`` (``COH_CTRL.CQ_HOST``) the record goes instead to GPU memory, line
     ``cq_host_line + slot``, as a write request on ``o_rec`` (the CXL.cache agent's
     ItoMWr, answered on ``i_rec`` in request order). The descriptor then completes once
     the B count has reached its last PMEM write *and* the answer count has reached its
-    record: the two paths answer independently, so each has its own count. A record
-    answered with ``error`` completes the descriptor all the same (the agent flags
-    WRITE_ERROR). ``cq_host`` may change only while the stage is idle.
+    record: the two paths answer independently, so each has its own count. A record or
+    pooled line answered with ``error`` completes the descriptor all the same (the agent
+    flags WRITE_ERROR). ``cq_host`` and ``scratch_host`` may change only while the stage
+    is idle.
 
     **Structure.** An FSM (``IDLE``, ``WAIT``, ``COMMIT``, ``REC``) takes the entries
     and builds the records; :class:`~.pooled_mask.PooledMask` zeroes the pooled lines'
@@ -121,12 +130,15 @@ class Completion(wiring.Component):
             "cq_base": In(addr_width),
             "cq_host": In(1),
             "cq_host_line": In(LINE_ADDR_BITS),
+            "scratch_host": In(1),
+            "scratch_host_line": In(LINE_ADDR_BITS),
             "o_rec": Out(stream.Signature(WR_REQ)),
             "i_rec": In(stream.Signature(WR_RSP)),
             "ring_order": In(5),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
             "upd_finish": Out(1),
+            "upd_read_error": Out(1),   # with ``upd_finish``: its status's read_error
             "head": Out(32),
             "complete": Out(1),
             "status": Out(8),       # with ``complete``
@@ -148,6 +160,9 @@ class Completion(wiring.Component):
         info = Signal(INFO)
         got = Signal()                  # the sequencer's status is in ``status``
         status = Signal(8)
+        read_err = Signal()             # a read of its buffers failed after the checks
+        final = Signal(8)               # the status completed with
+        m.d.comb += final.eq(Mux(read_err & ~status.any(), Status.READ_ERROR.value, status))
         bags = Signal(32)
         rows_written = Signal(32)
         updates = Signal(32)
@@ -165,7 +180,7 @@ class Completion(wiring.Component):
         # --- the completion record and where it goes
         record = Signal(RECORD)
         m.d.comb += [
-            record.status.eq(status),
+            record.status.eq(final),
             record.kind.eq(info.kind),
             record.seq.eq(info.seq),
             record.batch_id.eq(info.batch_id),
@@ -187,7 +202,7 @@ class Completion(wiring.Component):
             entry.target.eq(Mux(self.cq_host, writer.w_count,   # B count once every
                                 writer.w_count + 1)),           # write's B (the record's)
             entry.host_target.eq(Mux(self.cq_host, hw_count + 1, hw_count)),
-            entry.status.eq(status),
+            entry.status.eq(final),
             entry.seq.eq(info.seq),
             entry.kind.eq(info.kind),
         ]
@@ -209,6 +224,7 @@ class Completion(wiring.Component):
                 m.d.comb += [self.i_info.ready.eq(1), mask.load.eq(self.i_info.valid)]
                 with m.If(self.i_info.valid):
                     m.d.sync += [info.eq(new), got.eq(0), status.eq(new.pre_status),
+                                 read_err.eq(0),
                                  bags.eq(0), rows_written.eq(0), updates.eq(0),
                                  out_addr.eq(new.data_addr[:aw])]
                     m.next = "WAIT"
@@ -223,26 +239,38 @@ class Completion(wiring.Component):
                     m.next = "REC"
                 with m.Else():
                     with m.If(ok_now):
-                        m.d.comb += [st.ready.eq(1), self.upd_finish.eq(info.update)]
-                        m.d.sync += [got.eq(1), status.eq(0)]
+                        m.d.comb += [st.ready.eq(1), self.upd_finish.eq(info.update),
+                                     self.upd_read_error.eq(st.p.read_error)]
+                        m.d.sync += [got.eq(1), status.eq(0), read_err.eq(st.p.read_error)]
                     with m.If(info.lookup):
                         more = bags != info.num_bags
                         with m.If(passed & ~more):
                             m.next = "REC"
+                        with m.Elif(more & self.scratch_host):
+                            # into GPU memory: a write request on o_rec, counted there
+                            m.d.comb += pooled.ready.eq(~rec.valid | rec.ready)
+                            with m.If(pooled.valid & pooled.ready):
+                                m.d.sync += [
+                                    rec.valid.eq(1),
+                                    rec.p.address.eq(self.scratch_host_line
+                                                     + out_addr[_LINE_SHIFT:]),
+                                    rec.p.data.eq(pooled.p.data), rec.p.tag.eq(0),
+                                    hw_count.eq(hw_count + 1)]
                         with m.Elif(more):
                             m.d.comb += pooled.ready.eq(wr.ready)
                             with m.If(pooled.valid):
                                 write(out_addr, pooled.p.data, ones)
-                            with m.If(pooled.valid & wr.ready):
-                                m.d.sync += out_addr.eq(out_addr + (1 << _LINE_SHIFT))
-                                with m.If(pooled.p.last):
-                                    m.d.comb += self.bag_written.eq(1)
-                                    m.d.sync += bags.eq(bags + 1)
+                        with m.If(more & pooled.valid & pooled.ready):
+                            m.d.sync += out_addr.eq(out_addr + (1 << _LINE_SHIFT))
+                            with m.If(pooled.p.last):
+                                m.d.comb += self.bag_written.eq(1)
+                                m.d.sync += bags.eq(bags + 1)
                     with m.If(info.update & passed):
                         m.d.comb += self.i_done.ready.eq(1)
                         with m.If(self.i_done.valid):
                             m.d.sync += [rows_written.eq(self.i_done.p.rows_written),
-                                         updates.eq(self.i_done.p.updates)]
+                                         updates.eq(self.i_done.p.updates),
+                                         read_err.eq(read_err | self.i_done.p.read_error)]
                             m.next = "REC"
             with m.State("COMMIT"):
                 write(_COMMIT_WORD_ADDR, info.commit_word, 0xFF)

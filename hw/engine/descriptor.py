@@ -60,6 +60,7 @@ class Status(enum.Enum, shape=8):
     INDEX_RANGE = 6
     LOG_FULL = 7        # UPDATE of a batch whose undo log overflowed (docs/checkpoint.md)
     BAD_BATCH = 8       # UPDATE / COMMIT out of batch order (docs/checkpoint.md)
+    READ_ERROR = 9      # a read of the descriptor's buffers failed; no table changed
 
 
 Descriptor = data.StructLayout({

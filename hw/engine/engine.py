@@ -15,6 +15,7 @@ from ..ckpt.logger import UndoLogger
 from ..ckpt.mlp_copy import MlpCopier
 from ..ckpt.recovery import Recovery
 from ..cxl.cache_agent import RD_REQ, RD_RSP, WR_REQ, WR_RSP
+from ..cxl.cache_read_mux import CacheReadMux
 from ..cxl.messages import LINE_ADDR_BITS, LINE_BITS
 from .bag_sequencer import STATUS
 from .ckpt_control import CheckpointControl
@@ -109,8 +110,17 @@ class Engine(wiring.Component):
         ``COH_CTRL.MLP_SRC_HOST``: MLP_CHECKPOINT's ``data_addr`` is a GPU-memory byte
         address; the copier's reads go out on ``o_cache_rd`` (answered in order on
         ``i_cache_rd``) instead of PMEM.
+    scratch_host, scratch_host_line : ``In(1)``, ``In(LINE_ADDR_BITS)``
+        ``COH_CTRL.SCRATCH_HOST`` and the host line address of the scratch window in GPU
+        memory: a LOOKUP's / UPDATE's indices, offsets, weights and gradients at byte
+        address ``a`` are read from host line ``scratch_host_line + a // 64`` (the
+        sequencers' and the gradient feed's reads, each through an
+        :class:`~hw.bus.axi_to_cache.AxiToCache`), and a LOOKUP's pooled vectors are
+        written there by :class:`~.completion.Completion` on ``o_cache_wr``.
     o_cache_rd, i_cache_rd, o_cache_wr, i_cache_wr : streams of the CXL.cache agent's
-        ``RD_REQ`` / ``RD_RSP`` / ``WR_REQ`` / ``WR_RSP``.
+        ``RD_REQ`` / ``RD_RSP`` / ``WR_REQ`` / ``WR_RSP``; the copier's, the sequencers'
+        and the gradient feed's reads share the read port through a
+        :class:`~hw.cxl.cache_read_mux.CacheReadMux`.
     head : ``Out(32)``
         Descriptors completed.
     o_undo : ``Out(stream.Signature(UNDO))``
@@ -138,6 +148,8 @@ class Engine(wiring.Component):
             "cq_host": In(1),
             "cq_host_line": In(LINE_ADDR_BITS),
             "mlp_src_host": In(1),
+            "scratch_host": In(1),
+            "scratch_host_line": In(LINE_ADDR_BITS),
             "o_cache_rd": Out(stream.Signature(RD_REQ)),
             "i_cache_rd": In(stream.Signature(RD_RSP)),
             "o_cache_wr": Out(stream.Signature(WR_REQ)),
@@ -229,13 +241,27 @@ class Engine(wiring.Component):
         # the copy's source line + the offset; its writes stay.
         m.submodules.copy_src = copy_src = AxiToCache(addr_width=aw, id_width=id_width - 1)
 
+        # SCRATCH_HOST: the sequencers' reads (indices, offsets, weights) and the
+        # gradient feed's become CXL.cache reads of the GPU-memory scratch window.
+        m.submodules.seq_src = seq_src = AxiToCache(addr_width=aw, id_width=id_width)
+        m.submodules.grad_src = grad_src = AxiToCache(addr_width=aw, id_width=id_width)
+        wiring.connect(m, seqs.pmem, seq_src.sub)
+        wiring.connect(m, grad.pmem, grad_src.sub)
+        for src in (seq_src, grad_src):
+            m.d.comb += [src.host.eq(self.scratch_host),
+                         src.base_line.eq(self.scratch_host_line)]
+
         # --- PMEM and CXL.cache ports
         self._share_pmem(m, id_width, {
-            "gather": gather.pmem, "sequencer": seqs.pmem, "completion": comp.pmem,
-            "fetch": fetch.pmem, "grad": grad.pmem, "scatter": scatter.pmem,
+            "gather": gather.pmem, "sequencer": seq_src.pmem, "completion": comp.pmem,
+            "fetch": fetch.pmem, "grad": grad_src.pmem, "scatter": scatter.pmem,
             "recovery": recovery.pmem}, logger=logger, copier=copier, copy_src=copy_src)
-        wiring.connect(m, copy_src.o_rd, wiring.flipped(self.o_cache_rd))
-        wiring.connect(m, wiring.flipped(self.i_cache_rd), copy_src.i_rd)
+        m.submodules.cache_rd = cache_rd = CacheReadMux(ports=3)
+        for k, src in enumerate((copy_src, seq_src, grad_src)):
+            wiring.connect(m, src.o_rd, getattr(cache_rd, f"i_req{k}"))
+            wiring.connect(m, getattr(cache_rd, f"o_rsp{k}"), src.i_rd)
+        wiring.connect(m, cache_rd.o_rd, wiring.flipped(self.o_cache_rd))
+        wiring.connect(m, wiring.flipped(self.i_cache_rd), cache_rd.i_rd)
         wiring.connect(m, comp.o_rec, wiring.flipped(self.o_cache_wr))
         wiring.connect(m, wiring.flipped(self.i_cache_wr), comp.i_rec)
 
@@ -263,6 +289,8 @@ class Engine(wiring.Component):
             comp.ring_order.eq(self.ring_order),
             comp.cq_host.eq(self.cq_host),
             comp.cq_host_line.eq(self.cq_host_line),
+            comp.scratch_host.eq(self.scratch_host),
+            comp.scratch_host_line.eq(self.scratch_host_line),
             self.head.eq(comp.head),
         ]
 
@@ -290,7 +318,8 @@ class Engine(wiring.Component):
         wiring.connect(m, seqs.o_rows, fork.i_rows)
         wiring.connect(m, fork.o_grad, grad.i_rows)
         wiring.connect(m, fork.o_gather, gather.i_rows)
-        m.d.comb += fork.i_finish.eq(comp.upd_finish)
+        m.d.comb += [fork.i_finish.eq(comp.upd_finish),
+                     grad.seq_error.eq(comp.upd_finish & comp.upd_read_error)]
 
         # --- the gather's lines (a LOOKUP's: an UPDATE's rows never reach it) are pooled
         wiring.connect(m, gather.o_lines, pool.i_lines)

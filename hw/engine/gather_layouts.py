@@ -19,6 +19,7 @@ ROW = data.StructLayout({
     "weight": 32,           # fp32 per-sample weight (carried, not used)
     "empty_bag": 1,         # a bag with no counted row: no read, one LINE item
     "count": 16,            # the bag's counted rows
+    "bad": 1,               # a read of the descriptor's buffers has failed so far
 })
 
 #: One line read, as the undo log wants it.

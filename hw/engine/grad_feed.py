@@ -36,7 +36,11 @@ class GradFeed(wiring.Component):
     the ring after its last row, an empty bag's once they have arrived. After
     ``finish`` (the UPDATE's last row has been handed over) and the last row's items,
     no read is issued, and once every read has returned one ``nop`` + ``last`` item
-    ends the descriptor, so the update applies its sums and reports.
+    ends the descriptor, so the update applies its sums and reports. Once a gradient
+    read has been answered with an error, a row has come ``bad`` or ``seq_error`` has
+    pulsed (its sequencer's read failed), every item from then on is ``bad``, the last
+    one included (it comes after every read, every row and ``finish``), so the update
+    writes nothing.
 
     Rate: one item per cycle through the rows of a bag (the ring is read a cycle ahead
     of each item), and on into the next bag's first row when that bag's lines are in
@@ -57,6 +61,8 @@ class GradFeed(wiring.Component):
         The UPDATE passed its checks: the read-ahead may start before its first row.
     finish : ``In(1)``
         Pulse once the UPDATE's rows have all been taken from ``i_rows``.
+    seq_error : ``In(1)``
+        Pulse (before ``finish``): the UPDATE's bag sequencer reported a failed read.
     i_rows : ``In(stream.Signature(ROW))``
     pmem : ``Out(AXI4Signature(...))``
         Read port (AR, R).
@@ -77,6 +83,7 @@ class GradFeed(wiring.Component):
             "items": In(9),
             "checked": In(1),
             "finish": In(1),
+            "seq_error": In(1),
             "i_rows": In(stream.Signature(ROW)),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
@@ -149,6 +156,14 @@ class GradFeed(wiring.Component):
                 m.d.sync += pf_line.eq(pf_line + 1)
         with m.If(axi.rvalid):
             m.d.sync += rcv.eq(rcv + 1)
+        # A gradient read answered with an error, or a ``bad`` row: every item from then
+        # on is ``bad`` (the last one comes after every read and row).
+        bad = Signal()
+        with m.If((axi.rvalid & axi.rresp.any()) | (rows.valid & rows.ready & rows.p.bad)
+                  | self.seq_error):
+            m.d.sync += bad.eq(1)
+        with m.If(self.start):
+            m.d.sync += bad.eq(0)
 
         m.d.comb += [
             out.p.row.eq(row.row),
@@ -157,6 +172,7 @@ class GradFeed(wiring.Component):
             out.p.grad.eq(Mux(j < self.glines, rd.data, C(0, LINE_BITS))),
             out.p.last.eq(finishing),
             out.p.nop.eq(finishing),
+            out.p.bad.eq(bad),
         ]
 
         def release_bag(m):

@@ -63,7 +63,8 @@ class SequencerPool(wiring.Component):
 
     **Context.** Every row carries its descriptor's settings (:func:`rows_layout`),
     computed here once: table base, lines per row, batch and table, undo capture
-    (LOOKUPs with ``capture_undo``) and the pooling settings.
+    (LOOKUPs with ``capture_undo``, not for a row marked ``bad``) and the pooling
+    settings.
 
     **Latency, throughput, backpressure.** Rows and statuses pass combinationally from
     the sequencer whose turn it is (one per cycle); a turn begins the cycle after its
@@ -195,7 +196,8 @@ class SequencerPool(wiring.Component):
             g.lines_per_row.eq(lpr),
             g.batch_id.eq(cur.batch_id),
             g.table_id.eq(cur.table_id),
-            g.capture.eq(cur.capture_undo & ~cur_update),
+            # no undo record for a row a failed read may have made
+            g.capture.eq(cur.capture_undo & ~cur_update & ~rows.p.row.bad),
             g.pool.mode.eq(cur.mode),
             g.pool.weighted.eq(cur.weighted),
             g.pool.bf16.eq(cur.bf16),

@@ -21,11 +21,14 @@ ITEM = data.StructLayout({
     "grad": LINE_BITS,  # 16 fp32 gradient elements
     "last": 1,          # final item of the descriptor: apply the sums and complete
     "nop": 1,           # carries no update (with ``last``: only apply and complete)
+    "bad": 1,           # a read of the descriptor's buffers has failed: write nothing
 })
 
-#: Completion of one descriptor: distinct rows written, counted indices, and whether the
-#: descriptor had more distinct rows than the accumulator holds (nothing written).
-DONE = data.StructLayout({"rows_written": 32, "updates": 32, "overflow": 1})
+#: Completion of one descriptor: distinct rows written, counted indices, whether the
+#: descriptor had more distinct rows than the accumulator holds, and whether an item
+#: came ``bad`` (in both cases nothing was written).
+DONE = data.StructLayout({"rows_written": 32, "updates": 32, "overflow": 1,
+                          "read_error": 1})
 
 
 def ctrl_layout(addr_width: int) -> data.StructLayout:
