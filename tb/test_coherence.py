@@ -93,6 +93,20 @@ async def _updates(drv: CoherentDriver, tables, rng, rounds: int) -> None:
         assert exp.status is Status.OK, exp.status
 
 
+async def _queue_lookups(drv: CoherentDriver, tables, rng, batch_id: int) -> list:
+    """Queue 1 to 3 LOOKUPs of random tables, pooling modes and bags (weighted only
+    with sum pooling); returns their expectations."""
+    exps = []
+    for _ in range(int(rng.integers(1, 4))):
+        t = tables[int(rng.integers(len(tables)))]
+        mode = PoolMode(int(rng.integers(3)))
+        b = _batch(rng, t.rows)
+        if mode is not PoolMode.SUM:
+            b.weights = None
+        exps.append(await drv.lookup(t, b, mode=mode, batch_id=batch_id))
+    return exps
+
+
 async def _lookups(bench: CohBench, drv: CoherentDriver, tables, rng, rounds: int, *,
                    after_round=None) -> None:
     """``rounds`` doorbells of 1 to 3 LOOKUPs each; then the GPU reads every output line
@@ -101,14 +115,7 @@ async def _lookups(bench: CohBench, drv: CoherentDriver, tables, rng, rounds: in
     agent = bench.agent
     for r in range(rounds):
         drv.heap.release(mark)
-        exps = []
-        for _ in range(int(rng.integers(1, 4))):
-            t = tables[int(rng.integers(len(tables)))]
-            mode = PoolMode(int(rng.integers(3)))
-            b = _batch(rng, t.rows)
-            if mode is not PoolMode.SUM:
-                b.weights = None
-            exps.append(await drv.lookup(t, b, mode=mode, batch_id=r))
+        exps = await _queue_lookups(drv, tables, rng, r)
         await drv.run()
         for exp in exps:
             assert exp.status is Status.OK, exp.status
@@ -495,14 +502,7 @@ async def test_scratch_buffers_in_gpu_memory(dut, noise, ctrl):
     buffer_lines = pooled_lines = 0
     for r in range(tb.params.get("n_desc", 3)):
         scratch.heap.release(mark)
-        exps = []
-        for _ in range(int(rng.integers(1, 4))):
-            t = tables[int(rng.integers(len(tables)))]
-            mode = PoolMode(int(rng.integers(3)))
-            b = _batch(rng, t.rows)
-            if mode is not PoolMode.SUM:
-                b.weights = None
-            exps.append(await drv.lookup(t, b, mode=mode, batch_id=r))
+        exps = await _queue_lookups(drv, tables, rng, r)
         t = tables[int(rng.integers(len(tables)))]
         b = _batch(rng, t.rows)
         grads = (rng.standard_normal((len(b.offsets), t.dim)) * 0.05).astype(np.float32)
