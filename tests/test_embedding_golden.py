@@ -123,7 +123,7 @@ def test_enums_match_doc():
     assert {m.name: m.value for m in PoolMode} == {"SUM": 0, "MEAN": 1, "MAX": 2}
     assert {m.name: m.value for m in Status} == {
         "OK": 0, "BAD_KIND": 1, "UNSUPPORTED": 2, "MISALIGNED": 3, "ADDR_RANGE": 4,
-        "BAD_OFFSETS": 5, "INDEX_RANGE": 6, "LOG_FULL": 7, "BAD_BATCH": 8}
+        "BAD_OFFSETS": 5, "INDEX_RANGE": 6, "LOG_FULL": 7, "BAD_BATCH": 8, "READ_ERROR": 9}
     assert DescKind.as_shape().width == 8
     assert PoolMode.as_shape().width == 2
     assert Status.as_shape().width == 8
