@@ -317,8 +317,10 @@ class TB:
     """Clock, PMEM model as AXI subordinate, ``i_desc`` driver, sinks and checkers."""
 
     def __init__(self, *, seed: int, traffic: Traffic = SMOOTH, id_width: int = 3,
-                 timing: PmemTiming | None = None):
+                 timing: PmemTiming | None = None, hold_rows: bool = False):
         self.dut = BagSequencer(addr_width=ADDR_WIDTH, id_width=id_width)
+        #: ``o_rows.ready`` held low until a read has failed.
+        self.hold_rows = hold_rows
         self.seed = seed
         self.rng = random.Random(seed)
         self.model = PmemModel(size=PMEM_SIZE, rng=random.Random(seed + 1),
@@ -351,7 +353,8 @@ class TB:
                     cur = queue.pop(0)
                     ctx.set(dut.i_desc.payload.as_value(), cur)
                 ctx.set(dut.i_desc.valid, cur is not None)
-                ctx.set(dut.o_rows.ready, not rng.random() < tr.rows_bp)
+                held = self.hold_rows and not faults.failed
+                ctx.set(dut.o_rows.ready, not (held or rng.random() < tr.rows_bp))
                 ctx.set(dut.o_status.ready, not rng.random() < tr.status_bp)
                 ctx.set(p.arready, not rng.random() < tr.ar_bp)
                 if beat is None and not rng.random() < tr.r_idle:
@@ -582,6 +585,28 @@ def test_read_errors(seed, traffic):
     tb = TB(seed=seed, traffic=traffic)
     tb.run(cases)
     assert tb.faults.failed or not (kinds["pass1"] or kinds["pass2"])
+
+
+def test_row_waiting_at_a_read_error_keeps_its_payload(seed):
+    """The first row of a LOOKUP of 512 one-index bags waits on ``o_rows`` (``ready``
+    low) while both pass-2 copies of index line 30 (of 32) fail: the waiting row (made
+    from the first line) keeps its payload, ``bad`` included, until it is taken (the
+    stream rule, checked by the bench); the rows from the failed line on are ``bad``."""
+    alloc = Alloc(random.Random(seed))
+    n = 512
+    indices = [(7 * i) % 100 for i in range(n)]
+    fields = dict(kind=DescKind.LOOKUP.value, mode=PoolMode.SUM.value, dim=16, rows=100,
+                  num_bags=n, num_indices=len(indices), indices_addr=alloc(4 * n),
+                  offsets_addr=alloc(4 * n), weights_addr=alloc(4 * n),
+                  data_addr=DATA_ADDR, table_base=TABLE_BASE)
+    case = Case(fields, indices, list(range(n)), [0] * n,
+                faults=[Fault("indices", 30, frozenset({1, 2}))])
+    assert case.read_fault(case.golden_status())[0] == "pass2"
+    tb = TB(seed=seed, hold_rows=True)
+    tb.run([case])
+    assert len(tb.faults.failed) == 2, tb.faults.failed
+    bad = [e[1]["bad"] for e in tb.events if e[0] == "row"]
+    assert len(bad) == n and bad[0] == 0 and bad[-1] == 1, bad
 
 
 def tail_case(alloc: Alloc, *, bags_: int) -> Case:

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from hw.engine.bag_sequencer import STATUS
-from hw.engine.descriptor import DescKind, Status, pack_descriptor
+from hw.engine.descriptor import DescKind, pack_descriptor
 from hw.engine.sequencer_pool import SequencerPool, rows_layout, update_layout
 from sim.embedding import lines_per_row
 from tb.pmem import PmemModel, PmemTiming
@@ -144,22 +144,22 @@ def cases(rng: random.Random, n: int, faults: float = 0.0) -> list[Case]:
             c.faults.append(fault)
         out.append(c)
     if faults:
-        # At least one LOOKUP with capture_undo whose rows turn bad in pass 2, and one
-        # whose rows are all good.
-        def capturing(c, where):
-            return (c.fields["kind"] == DescKind.LOOKUP.value and c.fields["capture_undo"]
-                    and c.fields["num_bags"]
-                    and c.read_fault(c.golden_status())[0] == where
-                    and c.golden_status() is Status.OK)
-        spare = [c for c in out if c.fields["kind"] == DescKind.LOOKUP.value
-                 and c.fields["num_bags"] and not c.faults and c.golden_status() is Status.OK]
-        rng.shuffle(spare)
-        if not any(capturing(c, "pass2") for c in out) and spare:
-            c = spare.pop()
-            c.fields["capture_undo"] = 1
-            c.faults.append(Fault("offsets", 0, frozenset({1})))
-        if not any(capturing(c, None) for c in out) and spare:
-            spare.pop().fields["capture_undo"] = 1
+        # At least one LOOKUP with capture_undo with a row marked ``bad`` (a failed
+        # pass-2 read of its first offsets line), and one with a good row: drawn until
+        # found, so that every seed exercises both.
+        def capture_rows(c):
+            if c.fields["kind"] != DescKind.LOOKUP.value or not c.fields["capture_undo"]:
+                return set()
+            return {e[1]["bad"] for e in c.expected() if e[0] == "row"}
+
+        for bad in (1, 0):
+            while not any(bad in capture_rows(c) for c in out):
+                c = random_case(rng, alloc)
+                c.fields["capture_undo"] = 1
+                if bad:
+                    c.faults.append(Fault("offsets", 0, frozenset({1})))
+                if bad in capture_rows(c):
+                    out.insert(rng.randrange(len(out) + 1), c)
     return out
 
 

@@ -113,8 +113,9 @@ class BagSequencer(wiring.Component):
     takes the first ``counted`` indices of each bag as its rows (``i_counted_only``),
     so every bag still ends with its last row. The rows a failed read made come after
     the flag is set; a read that fails after the last row (padding indices, weights)
-    shows only in the status. The engine writes no table row for the descriptor and
-    completes it with ``READ_ERROR``.
+    shows only in the status. A row already waiting on ``o_rows`` when the error comes
+    (made from earlier data) keeps its ``bad`` of 0 until it is taken. The engine writes
+    no table row for the descriptor and completes it with ``READ_ERROR``.
 
     Parameters
     ----------
@@ -203,7 +204,13 @@ class BagSequencer(wiring.Component):
         r_err = self.pmem.rvalid & self.pmem.rready & self.pmem.rresp.any()
         with m.If(r_err):
             m.d.sync += rd_err.eq(1)
-        m.d.comb += [self.o_rows.p.bad.eq(rd_err), emitter.i_counted_only.eq(rd_err)]
+        # A row waiting on ``o_rows`` keeps the ``bad`` it was offered with (the
+        # payload holds until the transfer); the rows after it see the error.
+        waiting, waiting_bad = Signal(), Signal()
+        bad = Mux(waiting, waiting_bad, rd_err)
+        m.d.sync += [waiting.eq(self.o_rows.valid & ~self.o_rows.ready),
+                     waiting_bad.eq(bad)]
+        m.d.comb += [self.o_rows.p.bad.eq(bad), emitter.i_counted_only.eq(rd_err)]
 
         def start(reader, addr, count):
             m.d.comb += [reader.i_start.eq(1), reader.i_base.eq(addr[LINE_SHIFT:aw]),
