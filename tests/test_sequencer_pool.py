@@ -4,12 +4,20 @@ merge, in the Amaranth simulator against :class:`tb.pmem.PmemModel`.
 
 Random LOOKUPs and UPDATEs (some failing their checks) go in on ``i_desc`` with random
 idle cycles; ``pmem`` has random backpressure and idle R cycles (:mod:`tests.axi_pmem`);
-``o_rows`` and ``o_status`` have random backpressure. The bench plays the scatter: some
-random time after an UPDATE's good status it pulses ``i_update_done``. Checked: the rows
+``o_rows`` and ``o_status`` have random backpressure. Tables and gradient buffers lie at
+random addresses, so that successive UPDATEs' tables (and an UPDATE's gradients and the
+table before it) sometimes overlap and sometimes not; ``scratch_host`` is random per run.
+The bench plays the gradient feed and the scatter: one UPDATE at a time, from the
+earliest, some random time after its status is offered (its rows have gone) and after the
+UPDATE before it is durable, it pulses ``i_update_fed`` (its items are taken), and some
+random time later ``i_update_done``. Checked: the rows
 and statuses of all descriptors come out in the order the descriptors went in, each as
 the golden models say (``sim.embedding`` through :mod:`tests.test_bag_sequencer`); every
 row carries its descriptor's settings (lines per row from ``sim.embedding``); no row of
-the descriptor after a good UPDATE passes before the UPDATE's writes are reported durable;
+a LOOKUP after a good UPDATE passes before the UPDATE's writes are reported durable, and
+no row of an UPDATE before the UPDATE before it is fed, or before it is durable unless
+their tables (and, without ``scratch_host``, the later one's gradients and the earlier
+one's table) are apart (:func:`apart`); UPDATEs do overlap so;
 ``update_start`` pulses once per UPDATE as its turn begins, with ``update`` holding its
 settings, and each row's ``update`` flag marks exactly the UPDATE's rows; with several
 sequencers, descriptors are taken while earlier ones still stream. Passive checkers hold
@@ -42,6 +50,7 @@ from .stream_rule import StreamRule
 from .test_bag_sequencer import (
     ADDR_WIDTH,
     PMEM_SIZE,
+    TABLE_BASE,
     Alloc,
     Case,
     Fault,
@@ -128,13 +137,55 @@ def nested(layout, value: int) -> dict:
     return out
 
 
-def cases(rng: random.Random, n: int, faults: float = 0.0) -> list[Case]:
-    """``n`` random descriptors, some failing their checks; with ``faults`` that share
-    of the others with a read error (:func:`tests.test_bag_sequencer.random_fault`)."""
+def ranges(f: dict) -> tuple[int, int, int, int]:
+    """The byte ranges ``[lo, hi)`` of descriptor ``f``'s table (``rows`` vectors) and
+    of an UPDATE's gradients (``num_bags`` fp32 vectors), from ``docs/embedding.md``."""
+    dtype = "bfloat16" if f["bf16"] else np.float32
+    t_lo = f["table_base"]
+    g_lo = f["data_addr"]
+    return (t_lo, t_lo + f["rows"] * lines_per_row(f["dim"], dtype) * 64,
+            g_lo, g_lo + f["num_bags"] * lines_per_row(f["dim"], np.float32) * 64)
+
+
+def apart(later: dict, earlier: dict, scratch_host: bool) -> bool:
+    """UPDATE ``later`` may overlap UPDATE ``earlier``: its table does not overlap the
+    earlier one's, nor do its gradients unless they are in GPU memory."""
+    t_lo, t_hi, g_lo, g_hi = ranges(later)
+    e_lo, e_hi, _, _ = ranges(earlier)
+
+    def disjoint(lo, hi):
+        return hi <= e_lo or e_hi <= lo
+    return disjoint(t_lo, t_hi) and (scratch_host or disjoint(g_lo, g_hi))
+
+
+#: Lines above ``TABLE_BASE`` where :func:`spread` puts tables: tables of 1 to 5000 rows
+#: from the same or different slots overlap or not.
+_SLOTS = (0, 1, 300, 20_000)
+
+
+def spread(rng: random.Random, c: Case, grads_in_tables: float) -> None:
+    """Puts ``c``'s table at a random one of ``_SLOTS``, and with probability
+    ``grads_in_tables`` its gradients too (the sequencers read neither)."""
+    c.fields["table_base"] = TABLE_BASE + 64 * rng.choice(_SLOTS)
+    if rng.random() < grads_in_tables:
+        c.fields["data_addr"] = TABLE_BASE + 64 * rng.choice(_SLOTS)
+    _, t_hi, _, g_hi = ranges(c.fields)
+    assert max(t_hi, g_hi) <= PMEM_SIZE
+
+
+def cases(rng: random.Random, n: int, faults: float = 0.0,
+          updates_only: bool = False) -> list[Case]:
+    """``n`` random descriptors (only UPDATEs with ``updates_only``), some failing their
+    checks; with ``faults`` that share of the others with a read error
+    (:func:`tests.test_bag_sequencer.random_fault`). Tables and gradients at random
+    addresses (:func:`spread`)."""
     alloc = Alloc(rng)
     out = []
     for _ in range(n):
         c = random_case(rng, alloc)
+        while updates_only and c.fields["kind"] != DescKind.UPDATE.value:
+            c = random_case(rng, alloc)
+        spread(rng, c, 0.5 if updates_only else 0.25)
         if rng.random() < 0.15:             # a descriptor failing its checks
             if rng.random() < 0.5:
                 c.fields["rows"] = 0        # every index out of range
@@ -155,6 +206,7 @@ def cases(rng: random.Random, n: int, faults: float = 0.0) -> list[Case]:
         for bad in (1, 0):
             while not any(bad in capture_rows(c) for c in out):
                 c = random_case(rng, alloc)
+                spread(rng, c, 0.25)
                 c.fields["capture_undo"] = 1
                 if bad:
                     c.faults.append(Fault("offsets", 0, frozenset({1})))
@@ -164,12 +216,16 @@ def cases(rng: random.Random, n: int, faults: float = 0.0) -> list[Case]:
 
 
 def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
-         traffic: Traffic, faults: float = 0.0) -> dict:
+         traffic: Traffic, faults: float = 0.0, updates_only: bool = False,
+         write_time: int = 30, scratch_host: bool | None = None) -> dict:
+    """A random run (module docstring); ``write_time``: the most cycles the scatter
+    takes from an UPDATE's last item to its writes durable; ``scratch_host`` None:
+    random."""
     rng = random.Random(seed)
     dut = SequencerPool(addr_width=ADDR_WIDTH, id_width=ID_WIDTH, sequencers=sequencers)
     model = PmemModel(size=PMEM_SIZE, rng=random.Random(seed + 1),
                       timing=PmemTiming(read_latency=12, jitter=12))
-    descs = cases(rng, n, faults)
+    descs = cases(rng, n, faults, updates_only)
     port = ReadPort(dut.pmem, model, rng, traffic,
                     read_errors(descs, random.Random(seed + 2)))
     for c in descs:
@@ -177,8 +233,11 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
     want = [e for c in descs for e in c.expected()]
     rules = [StreamRule("o_rows"), StreamRule("o_status")]
     got: list[tuple] = []
-    # Rows of LOOKUPs with capture_undo, by their ``bad``.
-    stats = {"overlap": 0, "capture_good": 0, "capture_bad": 0}
+    # Rows of LOOKUPs with capture_undo, by their ``bad``; UPDATEs whose rows went while
+    # the UPDATE before them was not durable.
+    stats = {"overlap": 0, "capture_good": 0, "capture_bad": 0, "early_updates": 0}
+    if scratch_host is None:
+        scratch_host = rng.random() < 0.5
     rows_l, upd_l = rows_layout(ADDR_WIDTH), update_layout(ADDR_WIDTH)
 
     async def bench(ctx):
@@ -187,10 +246,13 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
         taken = 0                   # descriptors taken
         out = 0                     # descriptors whose status went out
         started = -1                # the descriptor of the last update_start pulse
-        done_at = None              # cycle to pulse i_update_done
         durable_at = None           # cycle of the last done pulse
         checked_for = -1            # the descriptor of the last update_checked
-        gate = False                # rows after a good UPDATE wait for its done pulse
+        row_early = -1              # the last UPDATE counted in ``early_updates``
+        # The scatter: UPDATEs whose turn began and whose writes are not durable, oldest
+        # first, each [descriptor, rows gone, fed, cycle of the next pulse].
+        scatter: list[list] = []
+        ctx.set(dut.scratch_host, scratch_host)
         while out < len(descs):
             assert port.cycle < 300_000, "hang"
             if cur is None and queue and not rng.random() < idle:
@@ -199,7 +261,10 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
             ctx.set(dut.i_desc.valid, cur is not None)
             ctx.set(dut.o_rows.ready, not rng.random() < bp)
             ctx.set(dut.o_status.ready, not rng.random() < bp)
-            pulse = done_at is not None and port.cycle >= done_at
+            head = scatter[0] if scatter else None
+            fed = head is not None and head[1] and not head[2] and port.cycle >= head[3]
+            pulse = head is not None and head[2] and port.cycle >= head[3]
+            ctx.set(dut.i_update_fed, fed)
             ctx.set(dut.i_update_done, pulse)
             (d_ready, r_valid, r_ready, r_p, s_valid, s_ready, s_p, start, upd, checked
              ) = await port.tick(
@@ -227,8 +292,24 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                 assert f and f["kind"] == DescKind.UPDATE.value and started < out, where
                 assert nested(upd_l, upd) == settings(f)[1], f"update settings ({where})"
                 started = out
+                scatter.append([out, False, False, 0])
+            if (s_valid and f["kind"] == DescKind.UPDATE.value and scatter[-1][0] == out
+                    and not scatter[-1][1]):
+                scatter[-1][1:] = [True, False, cycle + rng.randint(0, 20)]
             if r_valid and r_ready:
-                assert not gate, f"a row passed before the UPDATE was durable ({where})"
+                earlier = [e for e in scatter if e[0] != out]
+                if f["kind"] != DescKind.UPDATE.value:
+                    assert not earlier, f"a row passed before the UPDATE was durable ({where})"
+                elif earlier:
+                    e = earlier[0]
+                    assert len(earlier) == 1 and e[2], (
+                        f"an UPDATE row passed before the UPDATE before it was fed ({where})")
+                    assert apart(f, descs[e[0]].fields, scratch_host), (
+                        f"an UPDATE row passed before the overlapping UPDATE before it "
+                        f"was durable ({where})")
+                    if row_early != out:
+                        stats["early_updates"] += 1
+                        row_early = out
                 row = nested(rows_l, r_p)
                 gather, _ = settings(f, row["row"]["bad"])
                 assert row["gather"] == gather, f"row settings ({where})"
@@ -246,12 +327,15 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                     assert started == out, f"UPDATE without update_start ({where})"
                     assert checked_for != out or status == 0, (
                         f"update_checked for an UPDATE that failed ({where})")
-                    if status == 0:
-                        gate = True
-                        done_at = cycle + rng.randint(0, 20)
+                    if status != 0:     # no rows: the scatter never hears of it
+                        assert scatter[-1][0] == out and not scatter[-1][2], where
+                        scatter.pop()
                 out += 1
+            if fed:
+                head[2:] = [True, cycle + 1 + rng.randint(0, write_time)]
             if pulse:
-                done_at, durable_at, gate = None, cycle, False
+                scatter.pop(0)
+                durable_at = cycle
         stats["cycles"] = port.cycle
         stats["durable_pulses"] = durable_at is not None
 
@@ -270,9 +354,22 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
 def test_rows_in_order_with_context(seed, sequencers, traffic, idle, bp):
     """Random descriptors: the merge's order, the rows' settings, the UPDATE gate."""
     stats = _run(seed, sequencers, n=40, idle=idle, bp=bp, traffic=traffic)
+    print(stats)
     assert stats["durable_pulses"]
     if sequencers > 1:
         assert stats["overlap"], "no descriptor was taken while an earlier one streamed"
+
+
+@pytest.mark.parametrize("scratch_host", [False, True], ids=["pmem_scratch", "host_scratch"])
+@pytest.mark.parametrize("sequencers", [1, 4])
+def test_updates_of_apart_tables_overlap(seed, sequencers, scratch_host):
+    """Random UPDATEs only, writes that take up to 300 cycles: an UPDATE's rows go on
+    while the UPDATE before it is still writing only when both are apart (checked on
+    every row; gradients in PMEM count), and some do."""
+    stats = _run(seed, sequencers, n=40, idle=0.1, bp=0.1, traffic=SMOOTH,
+                 updates_only=True, write_time=300, scratch_host=scratch_host)
+    print(stats)
+    assert stats["early_updates"], "no UPDATE overlapped the one before it"
 
 
 @pytest.mark.parametrize("sequencers", [1, 3])

@@ -100,9 +100,10 @@ class CoalescedUpdate(wiring.Component):
     bursts in flight as ``fetch_lines``, into a row buffer of ``acc_lines`` lines at its
     sum lines (table line ``j`` at ``base + j``). The reads thus overlap the
     accumulation; a row is read once per
-    descriptor whatever its number of occurrences, and before it is written (the
-    engine completes the previous descriptor's writes before it sends the next one's
-    items; distinct rows of a table never share a line).
+    descriptor whatever its number of occurrences, and before it is written (distinct
+    rows of a table never share a line). The reads of a descriptor may pass the writes
+    of the one before it (below): the engine sends the items of an UPDATE whose table
+    is not apart from the previous UPDATE's only after that one's ``o_done``.
 
     **Overflow.** A new row beyond ``acc_rows`` entries or ``acc_lines`` lines sets
     ``overflow``; its items and those of later new rows are dropped, and at ``last`` no
@@ -120,14 +121,19 @@ class CoalescedUpdate(wiring.Component):
     descriptor starts with an empty table); each buffered line is
     added to its sums (16 lanes; a bf16 line as two halves in two cycles), rounded
     (bf16) and written back with a single-beat burst, every byte strobed (padding
-    elements keep the bits read). ``o_done`` (a register, held until taken) follows
-    once every B has arrived. AXI error responses are not checked.
+    elements keep the bits read). Once every line has been sent (AW and W), and the
+    descriptor before has reported, the descriptor becomes the *tail* and the next
+    descriptor's items are taken: the tail's ``o_done`` (registers, held until taken)
+    follows once its own Bs have arrived (they come first: one AXI ID), while the next
+    descriptor accumulates and reads its rows, so a descriptor's write latency overlaps
+    the next one's work. AXI error responses are not checked.
 
     **Throughput.** Accumulation takes one item per cycle, plus one cycle per probe past
     a row's home bucket and the waits above, while the prefetch reads keep pace; apply
     writes one line per cycle (fp32; a bf16 line in two, one per half) while writes and
     the write queue keep up. An UPDATE thus takes about its gradient lines plus its
-    distinct rows' lines in cycles, plus one PMEM read latency and one write latency.
+    distinct rows' lines in cycles, plus one PMEM read latency and one write latency
+    (the latter hidden behind the next descriptor's work when it may start early).
 
     **Reset.** The hash table is cleared for ``acc_rows`` cycles (``init`` high,
     ``i_items.ready`` low); a descriptor in progress is dropped.
@@ -284,7 +290,7 @@ class CoalescedUpdate(wiring.Component):
 
         # One bank of adders serves both phases (accumulation and apply never overlap:
         # apply starts once the accumulation has drained, and the next descriptor's
-        # items only after apply).
+        # items only after apply has sent its last line).
         muls = [FpMul(stages=_MUL_STAGES) for _ in range(LINE_ELEMS)]
         adds = [FpAdd(stages=_ADD_STAGES) for _ in range(LINE_ELEMS)]
         for e in range(LINE_ELEMS):
@@ -327,6 +333,9 @@ class CoalescedUpdate(wiring.Component):
         m.d.sync += owed.eq(owed + aw_taken - b_taken)
         apply_busy = Signal()
         applying = Signal()
+        tail = Signal()                             # a descriptor waits for its Bs / report
+        tail_owed = Signal.like(owed)               # ... its AWs without a B
+        tail_done = Signal(DONE)                    # ... its ``o_done``
 
         with m.FSM(init="CLEAR"):
             with m.State("CLEAR"):
@@ -411,8 +420,9 @@ class CoalescedUpdate(wiring.Component):
             with m.State("APPLY"):
                 # Walk the entries: clear each one's bucket (every valid slot belongs to
                 # an entry, so clearing both is right) and queue its row (none on
-                # overflow or a read error); wait until every line is written and every
-                # B back.
+                # overflow or a read error); once every line has been sent (and the
+                # previous descriptor has reported), the descriptor becomes the tail,
+                # which reports once its Bs are back, and the next one may start.
                 # ``entry_r`` is presented the entry after ``walk`` as the walk
                 # advances, so it holds ``walk``'s entry in every cycle (one row per
                 # cycle).
@@ -424,20 +434,25 @@ class CoalescedUpdate(wiring.Component):
                         row_q.w_en.eq(~no_write),
                     ]
                     m.d.sync += walk.eq(walk + 1)
-                with m.If(~walking & ~apply_busy & (owed == 0) & ~fetching):
-                    m.next = "DONE"
-
-            with m.State("DONE"):
-                m.d.comb += [self.o_done.valid.eq(1),
-                             self.o_done.p.rows_written.eq(Mux(no_write, 0, count)),
-                             self.o_done.p.updates.eq(updates),
-                             self.o_done.p.overflow.eq(overflow),
-                             self.o_done.p.read_error.eq(bad)]
-                with m.If(self.o_done.ready):
-                    m.d.sync += [count.eq(0), lines_used.eq(0), updates.eq(0), overflow.eq(0),
-                                 bad.eq(0),
-                                 drop.eq(0), walk.eq(0), fetched.eq(0)]
+                with m.If(~walking & ~apply_busy & ~fetching & ~tail):
+                    m.d.sync += [tail.eq(1), tail_owed.eq(owed - b_taken),
+                                 tail_done.rows_written.eq(Mux(no_write, 0, count)),
+                                 tail_done.updates.eq(updates),
+                                 tail_done.overflow.eq(overflow),
+                                 tail_done.read_error.eq(bad),
+                                 count.eq(0), lines_used.eq(0), updates.eq(0),
+                                 overflow.eq(0), bad.eq(0), drop.eq(0), walk.eq(0),
+                                 fetched.eq(0)]
                     m.next = "RUN"
+
+        # The tail: the descriptor whose lines have all been sent, reporting once its Bs
+        # are back (they come before the next descriptor's: one AXI ID, in order).
+        m.d.comb += [self.o_done.valid.eq(tail & (tail_owed == 0)),
+                     self.o_done.payload.eq(tail_done)]
+        with m.If(tail & b_taken & (tail_owed != 0)):
+            m.d.sync += tail_owed.eq(tail_owed - 1)
+        with m.If(self.o_done.valid & self.o_done.ready):
+            m.d.sync += tail.eq(0)
 
         # Prefetch AR: the head row's lines in one burst, or two where the row crosses a
         # 4 KiB boundary, while the line queue has room (it bounds the bursts in

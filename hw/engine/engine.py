@@ -90,10 +90,12 @@ class Engine(wiring.Component):
     statuses on in dispatch order; LOOKUPs follow each other without waiting (the
     pooling settings travel with the rows). An UPDATE is dispatched once no earlier
     LOOKUP, COMMIT or FENCE is outstanding; the rows of the descriptor after it pass the
-    merge only once the scatter has reported the UPDATE (its writes are durable), and
-    the gradient feed and the scatter take their settings from an UPDATE as its rows
-    start. COMMIT and FENCE wait until every earlier descriptor has completed, and
-    nothing is dispatched after them until they have completed.
+    merge only once the scatter has reported the UPDATE (its writes are durable), but
+    those of an UPDATE of a table apart from it once the gradient feed has handed the
+    scatter the UPDATE's last item (``docs/embedding.md``, "UPDATEs of different tables
+    overlap"); the gradient feed and the scatter take their settings from an UPDATE as
+    its rows start. COMMIT and FENCE wait until every earlier descriptor has completed,
+    and nothing is dispatched after them until they have completed.
 
     Members
     -------
@@ -284,7 +286,10 @@ class Engine(wiring.Component):
             dispatch.complete_kind.eq(comp.kind),
             dispatch.stop.eq(recovery.busy),
             dispatch.undo_drained.eq(undo_drained),
+            seqs.i_update_fed.eq(grad.o_items.valid & grad.o_items.ready
+                                 & grad.o_items.payload.last),
             seqs.i_update_done.eq(scatter.o_done.valid & scatter.o_done.ready),
+            seqs.scratch_host.eq(self.scratch_host),
             comp.cq_base.eq(self.cq_base),
             comp.ring_order.eq(self.ring_order),
             comp.cq_host.eq(self.cq_host),

@@ -22,6 +22,8 @@ __all__ = ["SequencerPool", "rows_layout", "update_layout"]
 #: fp32 and bf16 elements per 64-byte line, as shifts.
 _FP32_SHIFT, _BF16_SHIFT = 4, 5
 _LPR_BITS = 9
+#: Bytes per line, as a shift.
+_LINE_SHIFT = 6
 
 
 def update_layout(addr_width: int) -> data.StructLayout:
@@ -57,7 +59,15 @@ class SequencerPool(wiring.Component):
     status go on only after the previous descriptor's status. The rows of whatever
     follows an UPDATE wait until the UPDATE's writes are durable (``i_update_done``),
     or until the UPDATE's status reports a failure (it then has no rows, and the scatter
-    never reports): later descriptors read what it wrote. As an UPDATE's turn begins,
+    never reports): later descriptors read what it wrote. One exception lets UPDATEs of
+    different tables overlap: an UPDATE that has passed its checks begins its turn as
+    soon as the UPDATE before it has handed all its items to the scatter
+    (``i_update_fed``) if its table, and its gradients unless they are in GPU memory
+    (``scratch_host``), do not overlap that UPDATE's table (byte ranges ``table_base``
+    + ``rows * lines_per_row * 64`` and ``data_addr`` + ``num_bags * glines * 64``).
+    Its gradients are then read while the earlier UPDATE's rows are read and written;
+    the scatter takes its items once the earlier UPDATE has sent its last write, and
+    reads its rows (in another table) while those writes complete. As an UPDATE's turn begins,
     ``update`` takes its settings and ``update_start`` pulses. Each row says whether it
     is an UPDATE's (``update``), so the lines the gather reads for it go to the scatter.
 
@@ -89,8 +99,12 @@ class SequencerPool(wiring.Component):
     update_start : ``Out(1)``
     update_checked : ``Out(1)``
         The running UPDATE has passed its checks (its sequencer emits its rows).
+    i_update_fed : ``In(1)``
+        The running UPDATE's last item has been taken by the scatter (one cycle).
     i_update_done : ``In(1)``
-        The running UPDATE's writes are durable (one cycle).
+        The oldest UPDATE's writes are durable (one cycle).
+    scratch_host : ``In(1)``
+        The descriptors' buffers are in GPU memory (no gradient read can alias a table).
     pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
     """
 
@@ -111,7 +125,9 @@ class SequencerPool(wiring.Component):
             "update": Out(update_layout(addr_width)),
             "update_start": Out(1),
             "update_checked": Out(1),
+            "i_update_fed": In(1),
             "i_update_done": In(1),
+            "scratch_host": In(1),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
         })
@@ -161,7 +177,6 @@ class SequencerPool(wiring.Component):
         held = Signal()                 # the turn's sequencer holds it
         opened = Signal()               # the turn's rows and status may go on
         passed = Signal()               # the turn's sequencer passed its checks
-        upd_running = Signal()          # an UPDATE's rows went on; its writes not durable
         rows, status = self.o_rows, self.o_status
         for k, s in enumerate(seqs):
             with m.If(turn == k):
@@ -176,19 +191,46 @@ class SequencerPool(wiring.Component):
                 ]
         cur_update = cur.kind == DescKind.UPDATE.value
         m.d.comb += self.update_checked.eq(opened & cur_update & passed)
-        upd = Signal(Descriptor)        # the UPDATE whose items the scatter applies
+        upd = Signal(Descriptor)        # the UPDATE whose items the scatter takes
+        lpr, cur_fp32, _ = _lines(m, cur, "cur")
+        # The byte ranges the turn's UPDATE writes (its table) and reads its gradients
+        # from, registered from ``cur``: valid while ``ranges_of`` is the turn and its
+        # sequencer has passed its checks (cycles after it took the descriptor).
+        t_end, g_end, upd_t_end = Signal(80), Signal(80), Signal(80)
+        ranges_of = Signal.like(turn)
+        m.d.sync += [t_end.eq(cur.table_base + ((cur.rows * lpr) << _LINE_SHIFT)),
+                     g_end.eq(cur.data_addr + ((cur.num_bags * cur_fp32) << _LINE_SHIFT)),
+                     ranges_of.eq(turn)]
+        # ... and the end of ``upd``'s table (a cycle after ``upd`` changes; it is next
+        # compared once ``upd``'s items have all been taken).
+        upd_lpr, upd_fp32, upd_bf16 = _lines(m, upd, "upd")
+        m.d.sync += upd_t_end.eq(upd.table_base + ((upd.rows * upd_lpr) << _LINE_SHIFT))
+
+        def apart(lo, hi, lo2, hi2):
+            return (hi <= lo2) | (hi2 <= lo)
+        # UPDATEs whose turn began and whose writes are not durable (at most the one the
+        # scatter applies and the one whose items it takes next); ``feeding``: the last
+        # of them has items the scatter has not taken.
+        pending = Signal(2)
+        feeding = Signal()
+        overlap = (cur_update & passed & (ranges_of == turn) & ~feeding & (pending == 1)
+                   & apart(cur.table_base, t_end, upd.table_base, upd_t_end)
+                   & (self.scratch_host | apart(cur.data_addr, g_end, upd.table_base,
+                                                upd_t_end)))
         m.d.sync += self.update_start.eq(0)
-        with m.If(held & ~opened & ~upd_running):
+        status_out = status.valid & status.ready
+        failed = status_out & cur_update & status.p.status.any()
+        opens = held & ~opened & ((pending == 0) | overlap)
+        with m.If(opens):
             m.d.sync += opened.eq(1)
             with m.If(cur_update):
-                m.d.sync += [upd.eq(cur), self.update_start.eq(1), upd_running.eq(1)]
-        status_out = status.valid & status.ready
-        with m.If(self.i_update_done | (status_out & cur_update & status.p.status.any())):
-            m.d.sync += upd_running.eq(0)
+                m.d.sync += [upd.eq(cur), self.update_start.eq(1), feeding.eq(1)]
+        m.d.sync += pending.eq(pending + (opens & cur_update) - self.i_update_done - failed)
+        with m.If(self.i_update_fed | failed):
+            m.d.sync += feeding.eq(0)
         with m.If(status_out):
             m.d.sync += [opened.eq(0), turn.eq(next_of(turn))]
 
-        lpr, _, _ = _lines(m, cur, "cur")
         g = rows.p.gather
         m.d.comb += [
             rows.p.update.eq(cur_update),
@@ -203,7 +245,6 @@ class SequencerPool(wiring.Component):
             g.pool.bf16.eq(cur.bf16),
             g.pool.lines_per_row.eq(lpr),
         ]
-        upd_lpr, upd_fp32, upd_bf16 = _lines(m, upd, "upd")
         u = self.update
         m.d.comb += [
             u.table_base.eq(upd.table_base[:aw]),
