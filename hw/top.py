@@ -255,6 +255,9 @@ class Device(wiring.Component):
             regs.eng_bags_pooled_inc.eq(engine.ev_bag_pooled),
             regs.eng_upd_lines_written_inc.eq(engine.ev_upd_line_written),
             regs.eng_upd_items_inc.eq(engine.ev_upd_item),
+            regs.eng_upd_overlaps_inc.eq(engine.ev_upd_overlap),
+            regs.eng_pmem_rd_lines_inc.eq(engine.ev_pmem_rd_line),
+            regs.eng_pmem_wr_lines_inc.eq(engine.ev_pmem_wr_line),
             regs.eng_busy_inc.eq(engine.ev_busy),
         ]
 

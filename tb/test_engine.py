@@ -235,9 +235,12 @@ async def test_ring_overrun(dut):
 @cocotb.test()
 async def test_engine_counters_and_status(dut):
     """ENG_DESC_DONE, ENG_LINES_GATHERED, ENG_BAGS_POOLED, ENG_UPD_ITEMS,
-    ENG_UPD_LINES_WRITTEN and ENG_BUSY against the workload; ENG_STATUS.INIT set until
-    the UPDATE hash table is cleared (update_acc_rows cycles after reset); ENG_STATUS
-    idle at the end."""
+    ENG_UPD_LINES_WRITTEN and ENG_BUSY against the workload; ENG_UPD_OVERLAPS 0 while
+    no UPDATE follows an UPDATE, then at most the UPDATEs that follow one of another
+    table; ENG_PMEM_RD_LINES and ENG_PMEM_WR_LINES equal to the lines the PMEM model
+    served (the driver uses its backdoor, so the engine is the model's only user);
+    ENG_STATUS.INIT set until the UPDATE hash table is cleared (update_acc_rows cycles
+    after reset); ENG_STATUS idle at the end."""
     async def init_clears(tb):
         clear = tb.config.update_acc_rows
         status = await tb.csr.read_fields("ENG_STATUS")
@@ -251,6 +254,8 @@ async def test_engine_counters_and_status(dut):
     tb, drv, rng = await _start(dut, "engine_counters", idle=True, backpressure=True,
                                 after_reset=init_clears)
     await tb.csr.write("PERF_CTRL", 1)
+    stats = tb.pmem.stats
+    served = (stats.lines_read, stats.lines_written)
     dim = _dims(tb)[2]
     table = await drv.add_table(rng=rng, data=random_table(rng, 48, dim, FP32))
     lpr = emb.lines_per_row(dim, FP32)
@@ -266,18 +271,33 @@ async def test_engine_counters_and_status(dut):
         items += counted * lpr
         written += exp.rows_written * lpr
     await drv.run()
+    assert await tb.csr.read64("ENG_UPD_OVERLAPS") == 0, "an UPDATE overlapped a LOOKUP"
+    # UPDATEs back to back, of two tables in turn (each may overlap the one before).
+    other = await drv.add_table(rng=rng, data=random_table(rng, 40, dim, FP32))
+    for t in (table, other, table, other):
+        batch = _random_batch(rng, t.rows, 4, pooling=3, padding=True, zipf=1.05)
+        grads = rng.standard_normal((batch.num_bags, dim)).astype(np.float32)
+        exp = await drv.update(t, batch, grads)
+        items += len(batch.counted_rows()) * lpr
+        written += exp.rows_written * lpr
+    await drv.run()
     got = {name: await tb.csr.read64(name) for name in (
         "ENG_DESC_DONE", "ENG_LINES_GATHERED", "ENG_BAGS_POOLED", "ENG_UPD_ITEMS",
-        "ENG_UPD_LINES_WRITTEN")}
-    want = {"ENG_DESC_DONE": 6, "ENG_LINES_GATHERED": lines, "ENG_BAGS_POOLED": bags,
-            "ENG_UPD_ITEMS": items, "ENG_UPD_LINES_WRITTEN": written}
+        "ENG_UPD_LINES_WRITTEN", "ENG_PMEM_RD_LINES", "ENG_PMEM_WR_LINES")}
+    want = {"ENG_DESC_DONE": 10, "ENG_LINES_GATHERED": lines, "ENG_BAGS_POOLED": bags,
+            "ENG_UPD_ITEMS": items, "ENG_UPD_LINES_WRITTEN": written,
+            "ENG_PMEM_RD_LINES": stats.lines_read - served[0],
+            "ENG_PMEM_WR_LINES": stats.lines_written - served[1]}
     assert got == want, f"counters {got}, expected {want}"
+    overlaps = await tb.csr.read64("ENG_UPD_OVERLAPS")
+    tb.log.info("ENG_UPD_OVERLAPS %d of 3 UPDATEs after an UPDATE", overlaps)
+    assert overlaps <= 3, f"ENG_UPD_OVERLAPS {overlaps}"
     busy = await tb.csr.read64("ENG_BUSY")
     assert 0 < busy < tb.loop.cycle, f"ENG_BUSY {busy}"
     status = await tb.csr.read_fields("ENG_STATUS")
     assert not (status.busy or status.in_flight or status.undo_stall or status.init), (
         f"{status} after the last completion")
-    assert await tb.csr.read("ENG_HEAD") == 6
+    assert await tb.csr.read("ENG_HEAD") == 10
     await _finish(tb, drv)
 
 

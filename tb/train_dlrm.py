@@ -694,7 +694,8 @@ async def train_dlrm(dut):
     counters = {}
     if mode == "trainingcxl":
         for name in ("ENG_LINES_GATHERED", "ENG_BAGS_POOLED", "ENG_UPD_LINES_WRITTEN",
-                     "ENG_UPD_ITEMS", "ENG_BUSY", "CK_RECORDS", "CK_UNDO_STALL",
+                     "ENG_UPD_ITEMS", "ENG_BUSY", "ENG_UPD_OVERLAPS", "ENG_PMEM_RD_LINES",
+                     "ENG_PMEM_WR_LINES", "CK_RECORDS", "CK_UNDO_STALL",
                      "CK_MLP_LINES", "CK_MLP_STALL"):
             counters[name] = await tb.csr.read64(name)
     await tb.agent.wait_idle()

@@ -293,6 +293,8 @@ def test_contract_offsets_and_ports():
         "ENG_ERR_INFO": 0x438, "ENG_DESC_DONE_LO": 0x480, "ENG_LINES_GATHERED_LO": 0x488,
         "ENG_BAGS_POOLED_LO": 0x490, "ENG_UPD_LINES_WRITTEN_LO": 0x498,
         "ENG_UPD_ITEMS_LO": 0x4A0, "ENG_BUSY_LO": 0x4A8, "ENG_BUSY_HI": 0x4AC,
+        "ENG_UPD_OVERLAPS_LO": 0x4B0, "ENG_PMEM_RD_LINES_LO": 0x4B8,
+        "ENG_PMEM_WR_LINES_LO": 0x4C0, "ENG_PMEM_WR_LINES_HI": 0x4C4,
         "COH_CTRL": 0x600, "COH_FLIP": 0x604, "COH_FLIP_FIRST": 0x608,
         "COH_FLIP_PAGES": 0x60C, "COH_FLIP_STATUS": 0x610, "COH_DCOH_ERR": 0x620,
         "COH_DCOH_ERR_INFO": 0x624, "COH_DCOH_ERR_ADDR_LO": 0x628,
@@ -326,6 +328,8 @@ def test_contract_offsets_and_ports():
         "eng_desc_done_inc": ("in", 1), "eng_lines_gathered_inc": ("in", 1),
         "eng_bags_pooled_inc": ("in", 1), "eng_upd_lines_written_inc": ("in", 1),
         "eng_upd_items_inc": ("in", 1), "eng_busy_inc": ("in", 1),
+        "eng_upd_overlaps_inc": ("in", 1), "eng_pmem_rd_lines_inc": ("in", 1),
+        "eng_pmem_wr_lines_inc": ("in", 1),
         "ck_cmd": ("out", 1), "ck_status": ("in", 15), "ck_committed": ("in", 32),
         "ck_epoch": ("in", 16), "ck_rolled_back": ("in", 32), "ck_mlp_slot": ("in", 2),
         "ck_mlp_batch": ("in", 32), "ck_mlp_k": ("out", 16), "ck_log_seq": ("in", 32),
@@ -526,7 +530,7 @@ def test_register_field_values_and_pack():
 def test_unmapped_and_misaligned_give_slverr(rng, preset):
     tb = TB(rng, preset)
     top = (1 << tb.config.csr_addr_width) - 4
-    unmapped = [0x008, 0x03C, 0x0FC, 0x110, 0x184, 0x210, 0x304, 0x330, 0x40C, 0x4B0,
+    unmapped = [0x008, 0x03C, 0x0FC, 0x110, 0x184, 0x210, 0x304, 0x330, 0x40C, 0x4C8,
                 0x528, 0x5A0, 0x614, 0x6A8, 0x700, top]
     misaligned = [tb.map.offset("HDM_BASE_LO") + 1, tb.map.offset("HDM_BASE_LO") + 2,
                   tb.map.offset("ID") + 3, tb.map.offset("HDM_SIZE_HI") + 2]

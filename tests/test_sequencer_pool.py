@@ -17,7 +17,8 @@ row carries its descriptor's settings (lines per row from ``sim.embedding``); no
 a LOOKUP after a good UPDATE passes before the UPDATE's writes are reported durable, and
 no row of an UPDATE before the UPDATE before it is fed, or before it is durable unless
 their tables (and, without ``scratch_host``, the later one's gradients and the earlier
-one's table) are apart (:func:`apart`); UPDATEs do overlap so;
+one's table) are apart (:func:`apart`); UPDATEs do overlap so, and ``update_overlap``
+marks exactly those whose turn began while the UPDATE before was not durable;
 ``update_start`` pulses once per UPDATE as its turn begins, with ``update`` holding its
 settings, and each row's ``update`` flag marks exactly the UPDATE's rows; with several
 sequencers, descriptors are taken while earlier ones still stream. Passive checkers hold
@@ -235,7 +236,8 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
     got: list[tuple] = []
     # Rows of LOOKUPs with capture_undo, by their ``bad``; UPDATEs whose rows went while
     # the UPDATE before them was not durable.
-    stats = {"overlap": 0, "capture_good": 0, "capture_bad": 0, "early_updates": 0}
+    stats = {"overlap": 0, "capture_good": 0, "capture_bad": 0, "early_updates": 0,
+             "overlap_pulses": 0}
     if scratch_host is None:
         scratch_host = rng.random() < 0.5
     rows_l, upd_l = rows_layout(ADDR_WIDTH), update_layout(ADDR_WIDTH)
@@ -266,12 +268,12 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
             pulse = head is not None and head[2] and port.cycle >= head[3]
             ctx.set(dut.i_update_fed, fed)
             ctx.set(dut.i_update_done, pulse)
-            (d_ready, r_valid, r_ready, r_p, s_valid, s_ready, s_p, start, upd, checked
-             ) = await port.tick(
+            (d_ready, r_valid, r_ready, r_p, s_valid, s_ready, s_p, start, upd, checked,
+             overlapping) = await port.tick(
                 ctx, dut.i_desc.ready, dut.o_rows.valid, dut.o_rows.ready,
                 dut.o_rows.payload.as_value(), dut.o_status.valid, dut.o_status.ready,
                 dut.o_status.payload.as_value(), dut.update_start, dut.update.as_value(),
-                dut.update_checked)
+                dut.update_checked, dut.update_overlap)
             cycle = port.cycle
             where = f"cycle {cycle}, seed {seed}"
             rules[0].observe(cycle, r_valid, r_ready, r_p)
@@ -292,6 +294,11 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                 assert f and f["kind"] == DescKind.UPDATE.value and started < out, where
                 assert nested(upd_l, upd) == settings(f)[1], f"update settings ({where})"
                 started = out
+                # ``update_overlap``: the UPDATE before was not durable as this one's
+                # turn began (the cycle before; its done pulse may have been that cycle).
+                assert overlapping == bool(scatter) or durable_at == cycle - 1, (
+                    f"update_overlap {overlapping} ({where})")
+                stats["overlap_pulses"] += overlapping
                 scatter.append([out, False, False, 0])
             if (s_valid and f["kind"] == DescKind.UPDATE.value and scatter[-1][0] == out
                     and not scatter[-1][1]):
@@ -370,6 +377,7 @@ def test_updates_of_apart_tables_overlap(seed, sequencers, scratch_host):
                  updates_only=True, write_time=300, scratch_host=scratch_host)
     print(stats)
     assert stats["early_updates"], "no UPDATE overlapped the one before it"
+    assert stats["overlap_pulses"] >= stats["early_updates"], "update_overlap missed some"
 
 
 @pytest.mark.parametrize("sequencers", [1, 3])

@@ -701,6 +701,14 @@ def _engine_registers() -> Iterable[Register]:
         ("ENG_UPD_LINES_WRITTEN", 0x498, "Table lines written by UPDATEs (after coalescing)."),
         ("ENG_UPD_ITEMS", 0x4A0, "Gradient lines applied to rows by UPDATEs."),
         ("ENG_BUSY", 0x4A8, "Cycles with a descriptor fetched and not completed."),
+        ("ENG_UPD_OVERLAPS", 0x4B0, "UPDATEs whose rows started while the UPDATE before "
+         "them was still writing (tables apart: docs/embedding.md)."),
+        ("ENG_PMEM_RD_LINES", 0x4B8, "64-byte lines the engine read from device memory "
+         "(R beats on its PMEM port: descriptors and buffers there, table rows, undo "
+         "log, recovery, MLP slots)."),
+        ("ENG_PMEM_WR_LINES", 0x4C0, "64-byte lines the engine wrote to device memory "
+         "(W beats on its PMEM port: table rows, undo records, MLP slots, pooled vectors "
+         "and completion records there, recovery)."),
     )
     for name, offset, doc in counters:
         yield Register(name, offset, Kind.COUNTER64, clear_by="PERF_CTRL", doc=doc)

@@ -133,7 +133,7 @@ class Engine(wiring.Component):
     err_desc, err_seq, err_info, err_overrun, err_pmem : ``Out``
         ``ENG_ERR`` sets and the capture values.
     ev_desc_done, ev_line_gathered, ev_bag_pooled, ev_upd_line_written,
-    ev_upd_item, ev_busy : ``Out(1)``
+    ev_upd_item, ev_busy, ev_upd_overlap, ev_pmem_rd_line, ev_pmem_wr_line : ``Out(1)``
         Counter increments.
     """
 
@@ -173,6 +173,9 @@ class Engine(wiring.Component):
             "ev_upd_line_written": Out(1),
             "ev_upd_item": Out(1),
             "ev_busy": Out(1),
+            "ev_upd_overlap": Out(1),
+            "ev_pmem_rd_line": Out(1),
+            "ev_pmem_wr_line": Out(1),
             # checkpoint (docs/checkpoint.md)
             "ck_recover": In(1),
             "ck_busy": Out(1),
@@ -334,7 +337,7 @@ class Engine(wiring.Component):
         wiring.connect(m, scatter.o_done, comp.i_done)
 
         self._report_status(m, fetch=fetch, dispatch=dispatch, comp=comp, gather=gather,
-                            scatter=scatter, grad=grad)
+                            scatter=scatter, grad=grad, seqs=seqs)
         self._report_checkpoint(m, recovery=recovery, ckpt=ckpt, logger=logger,
                                 copier=copier, undo_drained=undo_drained)
         return m
@@ -381,7 +384,7 @@ class Engine(wiring.Component):
         ]
 
     def _report_status(self, m: Module, *, fetch, dispatch, comp, gather, scatter,
-                       grad) -> None:
+                       grad, seqs) -> None:
         """``ENG_STATUS`` and ``ENG_ERR`` fields and the engine's counter increments."""
         lines = gather.o_lines
         axi = self.pmem
@@ -410,6 +413,9 @@ class Engine(wiring.Component):
             self.ev_upd_item.eq(grad.o_items.valid & grad.o_items.ready
                                 & ~grad.o_items.payload.nop),
             self.ev_busy.eq(outstanding.any()),
+            self.ev_upd_overlap.eq(seqs.update_overlap),
+            self.ev_pmem_rd_line.eq(axi.rvalid & axi.rready),
+            self.ev_pmem_wr_line.eq(axi.wvalid & axi.wready),
         ]
 
     def _report_checkpoint(self, m: Module, *, recovery, ckpt, logger, copier,

@@ -99,6 +99,8 @@ class SequencerPool(wiring.Component):
     update_start : ``Out(1)``
     update_checked : ``Out(1)``
         The running UPDATE has passed its checks (its sequencer emits its rows).
+    update_overlap : ``Out(1)``
+        Pulses with ``update_start`` when the UPDATE before is still writing.
     i_update_fed : ``In(1)``
         The running UPDATE's last item has been taken by the scatter (one cycle).
     i_update_done : ``In(1)``
@@ -125,6 +127,7 @@ class SequencerPool(wiring.Component):
             "update": Out(update_layout(addr_width)),
             "update_start": Out(1),
             "update_checked": Out(1),
+            "update_overlap": Out(1),
             "i_update_fed": In(1),
             "i_update_done": In(1),
             "scratch_host": In(1),
@@ -217,14 +220,15 @@ class SequencerPool(wiring.Component):
                    & apart(cur.table_base, t_end, upd.table_base, upd_t_end)
                    & (self.scratch_host | apart(cur.data_addr, g_end, upd.table_base,
                                                 upd_t_end)))
-        m.d.sync += self.update_start.eq(0)
+        m.d.sync += [self.update_start.eq(0), self.update_overlap.eq(0)]
         status_out = status.valid & status.ready
         failed = status_out & cur_update & status.p.status.any()
         opens = held & ~opened & ((pending == 0) | overlap)
         with m.If(opens):
             m.d.sync += opened.eq(1)
             with m.If(cur_update):
-                m.d.sync += [upd.eq(cur), self.update_start.eq(1), feeding.eq(1)]
+                m.d.sync += [upd.eq(cur), self.update_start.eq(1), feeding.eq(1),
+                             self.update_overlap.eq(pending != 0)]
         m.d.sync += pending.eq(pending + (opens & cur_update) - self.i_update_done - failed)
         with m.If(self.i_update_fed | failed):
             m.d.sync += feeding.eq(0)
