@@ -537,11 +537,12 @@ async def test_scratch_read_errors(dut, noise):
     error (GO-Err, or poisoned data) -- an offsets or index line in pass 1, an index
     line in pass 2 (the pass-1 read good, the later ones bad), a weights line (read in
     pass 2 only) and a gradient line, each on an UPDATE of a random table (weights: a
-    weighted UPDATE), among good LOOKUPs and UPDATEs. The faulted UPDATE completes with
-    READ_ERROR and changes no table byte (every table checked bit for bit after each
-    doorbell), ENG_ERR latches its status and seq, COH_CACHE_ERR.READ_ERROR is set;
-    the good descriptors around it complete as the golden model says, so the engine
-    stays usable."""
+    weighted UPDATE), among good LOOKUPs and UPDATEs (the gradient line's UPDATE
+    follows a good UPDATE of the other table, so its gradients are read ahead). The
+    faulted UPDATE completes with READ_ERROR and changes no table byte (every table
+    checked bit for bit after each doorbell), ENG_ERR latches its status and seq,
+    COH_CACHE_ERR.READ_ERROR is set; the good descriptors around it complete as the
+    golden model says, so the engine stays usable."""
     bench = CohBench(dut, "scratch_errors", noise=noise)
     cfg = bench.cfg
     await bench.start(0)
@@ -567,8 +568,18 @@ async def test_scratch_read_errors(dut, noise):
         scratch.heap.release(mark)
         failing.clear()
         seen.clear()
-        t = tables[int(rng.integers(len(tables)))]
+        k = int(rng.integers(len(tables)))
+        t = tables[k]
         good = await drv.lookup(t, _batch(rng, t.rows), batch_id=0)
+        # A gradient line: a good UPDATE of the other table goes first, so the faulted
+        # UPDATE's gradients are read ahead, while that one runs.
+        lead = None
+        if where == "gradients":
+            o = tables[(k + 1) % len(tables)]
+            ob = _batch(rng, o.rows)
+            ob.weights = None
+            lead = await drv.update(o, ob, (rng.standard_normal((len(ob.offsets), o.dim))
+                                            * 0.05).astype(np.float32), batch_id=0)
         b = _batch(rng, t.rows)
         b.weights = (rng.standard_normal(len(b.indices)).astype(np.float32)
                      if where == "weights" else None)
@@ -589,6 +600,7 @@ async def test_scratch_read_errors(dut, noise):
             exp.updates = 0
         await drv.run()
         assert good.status is Status.OK
+        assert lead is None or lead.status is Status.OK, lead.status
         assert sum(seen.values()) >= nth, f"{where}: line {line:#x} read {seen} times"
         err = await tb.csr.read("ENG_ERR")
         assert err & 1, f"{where}: ENG_ERR {err:#x}: DESC_ERROR not set"

@@ -16,6 +16,13 @@ ReadErrors`), or a row arriving ``bad``, must make ``bad`` every item from the f
 one that line or row feeds (and the final ``nop`` item), never fall, and not reach the
 next UPDATE. So must a ``seq_error`` pulse (the sequencer's read failed), from the
 first item handed over after it.
+
+Reading the next UPDATE ahead: a job may have ``ahead`` raised with its settings at a
+random point of the job before it (or before it, between jobs), held a random while
+and dropped at its ``start``, as the sequencer pool does. Its gradient lines are then
+read behind the current job's, and nothing may change: the same items, every line read
+once and in job order, a failed line read ahead making only its own job's items
+``bad``.
 """
 
 from __future__ import annotations
@@ -61,7 +68,11 @@ def _updates(rng: random.Random, n: int) -> list[dict]:
                      # ``checked`` from this cycle after ``start`` (None: never, the
                      # first row starts the read-ahead); the rows from ``row_delay``.
                      "checked_at": rng.choice((None, 0, 1, 5)),
-                     "row_delay": rng.choice((0, 0, 10))})
+                     "row_delay": rng.choice((0, 0, 10)),
+                     # ``ahead`` for this job from this cycle after the previous job's
+                     # start (None: never), held at least ``ahead_hold`` cycles.
+                     "ahead_at": rng.choice((None, None, 0, 5, 40, 200)),
+                     "ahead_hold": rng.choice((0, 3, 30))})
     return jobs
 
 
@@ -73,7 +84,9 @@ def _expected(model: PmemModel, job: dict) -> list[tuple]:
     and the final ``nop`` item; :data:`MAYBE` before them. With a ``seq_error`` pulse
     (``job["seq_error_items"] = (a, b)`` from :func:`_run`: the items handed over
     before its edge, and those up to its edge's) the items from ``b`` on and the final
-    one are bad, one handed over at its edge may be, those before it follow the rest."""
+    one are bad, one handed over at its edge may be, those before it follow the rest.
+    A job whose rows stop after ``job["rows_fed"]`` (a sequencer whose read failed
+    emits no more) has the items of those rows only."""
     out = []
     g = job["glines"]
     fault, bad_row = job.get("fault"), job.get("bad_row")
@@ -87,6 +100,8 @@ def _expected(model: PmemModel, job: dict) -> list[tuple]:
         for k, (row, weight) in enumerate(zip(rows, job["weights"][b], strict=True)):
             if first is None and bad_row is not None and fed + k >= bad_row:
                 first = len(out)
+            if fed + k >= job.get("rows_fed", fed + k + 1):
+                break                   # the sequencer stopped before this row
             for j in range(job["items"]):
                 out.append((row, j, weight, lines[j] if j < g else 0, 0, 0, 0))
         fed += max(1, len(rows))
@@ -123,7 +138,10 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
     the last item. A job's ``seq_error = (rows, delay)``: ``seq_error`` pulses once
     ``rows`` rows have been taken and ``delay`` cycles more have passed, or with
     ``finish`` if that comes first; its items' indices at the pulse are recorded as
-    ``job["seq_error_items"]`` (see :func:`_expected`)."""
+    ``job["seq_error_items"]`` (see :func:`_expected`). With ``job["truncate"]`` no
+    row is fed after those ``rows``, as a sequencer stops at a failed read (recorded as
+    ``job["rows_fed"]``): the job's gradient lines are then read up to some point
+    only."""
     dut = GradFeed(addr_width=ADDR_WIDTH, id_width=2, max_glines=MAX_GLINES)
     rng = random.Random(seed)
     # Each job's ``fault`` (bag, line, rresp): that gradient line answered with an error.
@@ -135,32 +153,65 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
     reads: list[int] = []
     o = dut.o_items
 
+    def set_ahead(ctx, job: dict | None) -> bool:
+        """Raise ``ahead`` with ``job``'s settings (None: drop it)."""
+        ctx.set(dut.ahead, job is not None)
+        if job is not None:
+            ctx.set(dut.ahead_addr, job["data_addr"])
+            ctx.set(dut.ahead_bags, job["num_bags"])
+            ctx.set(dut.ahead_glines, job["glines"])
+        return job is not None
+
+    async def tick(ctx, *extra):
+        """One cycle, recording the read issued in it."""
+        arv, arr, ara, *values = await port.tick(
+            ctx, dut.pmem.arvalid, dut.pmem.arready, dut.pmem.araddr, *extra)
+        if arv and arr:
+            reads.append(ara)
+        return values
+
     async def bench(ctx):
-        for job in jobs:
+        start = 0                       # the previous job's start (the bench's, first)
+        for k, job in enumerate(jobs):
+            # This job read ahead: ``ahead`` held a while before its start.
+            if job.get("ahead_at") is not None:
+                until = max(start + job["ahead_at"], port.cycle) + job["ahead_hold"]
+                set_ahead(ctx, job)
+                while port.cycle < until:
+                    await tick(ctx)
+            set_ahead(ctx, None)
+            nxt = jobs[k + 1] if k + 1 < len(jobs) else None
+            nxt_at = None if nxt is None else nxt.get("ahead_at")
             items: list[tuple] = []
             for name in ("data_addr", "num_bags", "glines", "items"):
                 ctx.set(getattr(dut, name), job[name])
             checked_at, row_delay = job.get("checked_at"), job.get("row_delay", 0)
             ctx.set(dut.start, 1)
             ctx.set(dut.checked, int(checked_at == 0))
-            await port.tick(ctx)
+            await tick(ctx)
             ctx.set(dut.start, 0)
             feed = []
             for b, rows in enumerate(job["rows"]):
                 if not rows:
                     feed.append({"row": 0, "row_k": 0, "last_row": 0, "weight": 0,
                                  "empty_bag": 1, "count": 0})
-                for k, (row, w) in enumerate(zip(rows, job["weights"][b], strict=True)):
-                    feed.append({"row": row, "row_k": k, "last_row": int(k == len(rows) - 1),
+                for i, (row, w) in enumerate(zip(rows, job["weights"][b], strict=True)):
+                    feed.append({"row": row, "row_k": i, "last_row": int(i == len(rows) - 1),
                                  "weight": w, "empty_bag": 0, "count": len(rows)})
             if job.get("bad_row") is not None:
                 feed[job["bad_row"]]["bad"] = 1
+            if job.get("truncate"):
+                job["rows_fed"] = job["seq_error"][0]
+                del feed[job["rows_fed"]:]
             finish_at = None
             start = port.cycle
             seq_error, reached = job.get("seq_error"), None
             taken = 0
+            ahead = False               # the next job is being offered ahead
             while True:
                 assert port.cycle - start < max_cycles, "UPDATE did not finish (hang)"
+                if nxt_at is not None and port.cycle - start + 1 >= nxt_at:
+                    ahead = set_ahead(ctx, nxt)
                 if checked_at is not None and port.cycle - start + 1 == checked_at:
                     ctx.set(dut.checked, 1)         # held until the job ends
                 if feed and port.cycle - start >= row_delay and not rng.random() < row_gap:
@@ -178,17 +229,15 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
                 ctx.set(dut.seq_error, int(pulse))
                 before = len(items)
                 ctx.set(o.ready, not rng.random() < out_bp)
-                (rv, rr, ov, orr, payload, arv, arr, ara) = await port.tick(
-                    ctx, dut.i_rows.valid, dut.i_rows.ready, o.valid, o.ready, o.payload,
-                    dut.pmem.arvalid, dut.pmem.arready, dut.pmem.araddr)
-                if arv and arr:
-                    reads.append(ara)
+                (rv, rr, ov, orr, payload) = await tick(
+                    ctx, dut.i_rows.valid, dut.i_rows.ready, o.valid, o.ready, o.payload)
                 if rv and rr:
                     feed.pop(0)
                     taken += 1
-                    if not feed:
-                        finish_at = port.cycle + job["finish_delay"]
+                if not feed and finish_at is None:
+                    finish_at = port.cycle + job["finish_delay"]
                 if ov and orr:
+                    job.setdefault("first_item", port.cycle - start)
                     if payload.nop:
                         assert payload.last, "nop item without last"
                         items.append(("nop", payload.bad))
@@ -204,17 +253,28 @@ def _run(model: PmemModel, jobs: list[dict], *, seed: int, traffic: Traffic,
             ctx.set(dut.finish, 0)
             ctx.set(dut.seq_error, 0)
             ctx.set(dut.checked, 0)
-            (busy,) = await port.tick(ctx, dut.busy)
-            assert not busy, "busy after the last item"
-            assert model.outstanding == (0, 0), "reads in flight after the last item"
+            (busy,) = await tick(ctx, dut.busy)
+            if not ahead:
+                assert not busy, "busy after the last item"
+                assert model.outstanding == (0, 0), "reads in flight after the last item"
             got.append((items, cycles))
+        while model.outstanding != (0, 0):
+            await tick(ctx)
 
     simulate(dut, bench)
     assert not port.errors, "\n".join(port.errors[:10])
-    # Every line of every gradient buffer read exactly once, nothing else read.
-    want = sorted(job["data_addr"] + i * LINE for job in jobs
-                  for i in range(job["num_bags"] * job["glines"]))
-    assert sorted(reads) == want, "reads differ from the gradient buffers' lines"
+    # Every line of every gradient buffer read exactly once, in order, job after job,
+    # nothing else read; a job fed only part of its rows: a first part of its lines.
+    at = 0
+    for k, job in enumerate(jobs):
+        lines = [job["data_addr"] + i * LINE for i in range(job["num_bags"] * job["glines"])]
+        n = 0
+        while n < len(lines) and at + n < len(reads) and reads[at + n] == lines[n]:
+            n += 1
+        assert n == len(lines) or job.get("truncate"), (
+            f"UPDATE {k}: read {n} of its {len(lines)} gradient lines in order")
+        at += n
+    assert at == len(reads), f"reads outside the gradient buffers: {reads[at:at + 4]}"
     assert len(errors.failed) == len(failing), f"failed reads {errors.failed}"
     return got
 
@@ -269,7 +329,9 @@ def test_seq_error(noise, seed):
     rows, after the last one, with ``finish`` as the engine gives it), some with a
     failed gradient read or a ``bad`` row as well, each followed by a clean UPDATE: the
     items handed over after the pulse are ``bad``, the final one too, those before it
-    are not (unless the other cause makes them), and the next UPDATE's are clean."""
+    are not (unless the other cause makes them), and the next UPDATE's are clean. Some
+    get no rows after the pulse's point (the sequencer stops), so their last bags'
+    lines are never consumed, read ahead of the next UPDATE or not."""
     traffic, row_gap, out_bp = noise
     rng = random.Random(seed)
     model = _model(seed)
@@ -277,7 +339,9 @@ def test_seq_error(noise, seed):
     for k, job in enumerate(jobs[::2]):
         rows = sum(max(1, c) for c in job["counts"])
         job["seq_error"] = (rng.randrange(rows + 1), rng.choice([0, 0, 1, 5, 30, 1 << 30]))
-        if k % 3 == 1:
+        if k % 3 == 0:
+            job["truncate"] = rng.random() < 0.5
+        elif k % 3 == 1:
             job["fault"] = (rng.randrange(job["num_bags"]), rng.randrange(job["glines"]),
                             rng.choice([AxiResp.SLVERR, AxiResp.DECERR]))
         elif k % 3 == 2:
@@ -338,3 +402,41 @@ def test_checked_starts_the_read_ahead_before_the_first_row():
     [(_, late)] = _run(model, [job | {"checked_at": None}], seed=5, traffic=SMOOTH,
                        row_gap=0.0, out_bp=0.0)
     assert late >= delay + TIMING.read_latency, f"{late} cycles without checked"
+
+
+def _one_row_bags(base: int, bags: int, glines: int, **extra) -> dict:
+    return {"num_bags": bags, "glines": glines, "items": glines, "counts": [1] * bags,
+            "data_addr": base, "rows": [[b] for b in range(bags)],
+            "weights": [[0] for _ in range(bags)], "finish_delay": 0, **extra}
+
+
+def test_next_update_read_ahead_hides_the_read_latency():
+    """With ``ahead`` raised while an UPDATE runs, the next UPDATE's gradients are read
+    behind its lines: its first item follows its first row at once instead of one read
+    latency after its ``start``."""
+    model = _model(6)
+    def jobs(ahead_at):
+        return [_one_row_bags(0x40000, 4, 2, checked_at=0),
+                _one_row_bags(0x50000, 4, 2, checked_at=0, ahead_at=ahead_at, ahead_hold=0)]
+    ahead, plain = jobs(0), jobs(None)
+    got = _run(model, ahead, seed=6, traffic=SMOOTH, row_gap=0.0, out_bp=0.0)
+    for job, (items, _) in zip(ahead, got, strict=True):
+        assert items == _expected(model, job)
+    assert ahead[1]["first_item"] < 8, f"first item {ahead[1]['first_item']} cycles in"
+    _run(model, plain, seed=6, traffic=SMOOTH, row_gap=0.0, out_bp=0.0)
+    assert plain[1]["first_item"] >= TIMING.read_latency, "no read latency without ahead"
+
+
+def test_a_stopped_update_ends_after_its_reads_with_the_next_read_ahead():
+    """An UPDATE whose sequencer stopped before any row (``seq_error``), its gradient
+    lines all asked for and the next UPDATE read ahead behind them: its end item waits
+    until its own lines have come back, so the next one's items carry the next one's
+    lines (not lines still landing in the ring)."""
+    model = _model(7)
+    jobs = [_one_row_bags(0x60000, 2, 4, checked_at=0, seq_error=(0, 1 << 30), truncate=True)
+            | {"finish_delay": 12},     # its 8 reads issued before ``finish``
+            _one_row_bags(0x70000, 3, 2, checked_at=0, ahead_at=0, ahead_hold=0)]
+    got = _run(model, jobs, seed=7, traffic=SMOOTH, row_gap=0.0, out_bp=0.0)
+    for k, (job, (items, _)) in enumerate(zip(jobs, got, strict=True)):
+        _check(items, _expected(model, job), f"UPDATE {k}")
+    assert got[0][1] >= TIMING.read_latency, f"ended {got[0][1]} cycles in, reads in flight"

@@ -20,9 +20,12 @@ their tables (and, without ``scratch_host``, the later one's gradients and the e
 one's table) are apart (:func:`apart`); UPDATEs do overlap so, and ``update_overlap``
 marks exactly those whose turn began while the UPDATE before was not durable;
 ``update_start`` pulses once per UPDATE as its turn begins, with ``update`` holding its
-settings, and each row's ``update`` flag marks exactly the UPDATE's rows; with several
-sequencers, descriptors are taken while earlier ones still stream. Passive checkers hold
-``o_rows``, ``o_status`` and the AXI channels to the stream rules. Random tests
+settings, and each row's ``update`` flag marks exactly the UPDATE's rows;
+``update_finish`` pulses exactly as the status of an UPDATE that passed its checks goes
+(with its ``read_error``); ``ahead`` names only, with ``scratch_host``, the UPDATE whose
+turn is next, not begun, with its gradient buffer, and only one that passed its checks;
+with several sequencers, descriptors are taken while earlier ones still stream. Passive
+checkers hold ``o_rows``, ``o_status`` and the AXI channels to the stream rules. Random tests
 print their seed; ``SEED=<n>`` replays one.
 
 With read errors (:func:`tests.test_bag_sequencer.random_fault`): the statuses and the
@@ -254,6 +257,7 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
         # The scatter: UPDATEs whose turn began and whose writes are not durable, oldest
         # first, each [descriptor, rows gone, fed, cycle of the next pulse].
         scatter: list[list] = []
+        ahead_for: set[int] = set()     # the descriptors ``ahead`` named
         ctx.set(dut.scratch_host, scratch_host)
         while out < len(descs):
             assert port.cycle < 300_000, "hang"
@@ -269,11 +273,14 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
             ctx.set(dut.i_update_fed, fed)
             ctx.set(dut.i_update_done, pulse)
             (d_ready, r_valid, r_ready, r_p, s_valid, s_ready, s_p, start, upd, checked,
-             overlapping) = await port.tick(
+             overlapping, ahead, a_addr, a_bags, a_glines, finish, finish_err
+             ) = await port.tick(
                 ctx, dut.i_desc.ready, dut.o_rows.valid, dut.o_rows.ready,
                 dut.o_rows.payload.as_value(), dut.o_status.valid, dut.o_status.ready,
                 dut.o_status.payload.as_value(), dut.update_start, dut.update.as_value(),
-                dut.update_checked, dut.update_overlap)
+                dut.update_checked, dut.update_overlap, dut.ahead, dut.ahead_data_addr,
+                dut.ahead_num_bags, dut.ahead_glines, dut.update_finish,
+                dut.update_read_error)
             cycle = port.cycle
             where = f"cycle {cycle}, seed {seed}"
             rules[0].observe(cycle, r_valid, r_ready, r_p)
@@ -284,6 +291,17 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                 if taken - out > 1:
                     stats["overlap"] += 1
             f = descs[out].fields if out < len(descs) else None
+            if ahead:
+                # Only with the buffers in GPU memory, for the UPDATE whose turn is next
+                # (not begun), once it has passed its checks, with its gradient buffer.
+                assert scratch_host, f"ahead with the buffers in PMEM ({where})"
+                assert f and f["kind"] == DescKind.UPDATE.value and started < out, (
+                    f"ahead for no UPDATE waiting for its turn ({where})")
+                want_upd = settings(f)[1]
+                assert (a_addr, a_bags, a_glines) == tuple(
+                    want_upd[k] for k in ("data_addr", "num_bags", "glines")), (
+                    f"ahead settings ({where})")
+                ahead_for.add(out)
             if checked:
                 # Only for the UPDATE whose turn it is, after its start, and only for
                 # one that completes OK.
@@ -327,9 +345,18 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                     assert started == out, f"UPDATE rows before update_start ({where})"
                     assert checked, f"UPDATE row without update_checked ({where})"
                 got.append(("row", row["row"]))
-            if s_valid and s_ready:
-                got.append(("status", unpack(STATUS, s_p)))
-                status = got[-1][1]["status"]
+            # ``update_finish`` exactly as the status of an UPDATE that passed goes on.
+            st = unpack(STATUS, s_p) if s_valid and s_ready else None
+            want_finish = (st is not None and f["kind"] == DescKind.UPDATE.value
+                           and st["status"] == 0)
+            assert finish == want_finish, f"update_finish {finish} ({where})"
+            assert not finish or finish_err == st["read_error"], (
+                f"update_read_error {finish_err} ({where})")
+            if st is not None:
+                got.append(("status", st))
+                status = st["status"]
+                assert out not in ahead_for or status == 0, (
+                    f"ahead for an UPDATE that failed its checks ({where})")
                 if f["kind"] == DescKind.UPDATE.value:
                     assert started == out, f"UPDATE without update_start ({where})"
                     assert checked_for != out or status == 0, (
@@ -345,6 +372,7 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                 durable_at = cycle
         stats["cycles"] = port.cycle
         stats["durable_pulses"] = durable_at is not None
+        stats["ahead"] = len(ahead_for)
 
     simulate(dut, bench)
     errors = port.errors + [e for r in rules for e in r.errors]
@@ -378,6 +406,7 @@ def test_updates_of_apart_tables_overlap(seed, sequencers, scratch_host):
     print(stats)
     assert stats["early_updates"], "no UPDATE overlapped the one before it"
     assert stats["overlap_pulses"] >= stats["early_updates"], "update_overlap missed some"
+    assert stats["ahead"] or not scratch_host, "no UPDATE's gradients offered ahead"
 
 
 @pytest.mark.parametrize("sequencers", [1, 3])

@@ -76,9 +76,8 @@ class Completion(wiring.Component):
     * a LOOKUP that passed writes ``num_bags`` pooled vectors from ``i_pooled`` to
       ``data_addr`` onwards, one line per single-beat write, the bytes at or past
       ``dim`` elements zeroed, and completes once every vector is written;
-    * an UPDATE that passed pulses ``upd_finish`` (its rows have all been handed on;
-      ``upd_read_error`` with it when its status has ``read_error``) and completes when
-      ``i_done`` reports the scatter's write-back;
+    * an UPDATE that passed completes when ``i_done`` reports the scatter's
+      write-back;
     * a LOOKUP or UPDATE that passed but whose status has ``read_error`` (a read of its
       buffers failed in pass 2), or whose ``i_done`` has it (the scatter wrote nothing),
       runs as above and completes with ``READ_ERROR``.
@@ -137,8 +136,6 @@ class Completion(wiring.Component):
             "ring_order": In(5),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
-            "upd_finish": Out(1),
-            "upd_read_error": Out(1),   # with ``upd_finish``: its status's read_error
             "head": Out(32),
             "complete": Out(1),
             "status": Out(8),       # with ``complete``
@@ -239,8 +236,7 @@ class Completion(wiring.Component):
                     m.next = "REC"
                 with m.Else():
                     with m.If(ok_now):
-                        m.d.comb += [st.ready.eq(1), self.upd_finish.eq(info.update),
-                                     self.upd_read_error.eq(st.p.read_error)]
+                        m.d.comb += st.ready.eq(1)
                         m.d.sync += [got.eq(1), status.eq(0), read_err.eq(st.p.read_error)]
                     with m.If(info.lookup):
                         more = bags != info.num_bags

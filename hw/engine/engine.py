@@ -326,8 +326,8 @@ class Engine(wiring.Component):
         wiring.connect(m, seqs.o_rows, fork.i_rows)
         wiring.connect(m, fork.o_grad, grad.i_rows)
         wiring.connect(m, fork.o_gather, gather.i_rows)
-        m.d.comb += [fork.i_finish.eq(comp.upd_finish),
-                     grad.seq_error.eq(comp.upd_finish & comp.upd_read_error)]
+        m.d.comb += [fork.i_finish.eq(seqs.update_finish),
+                     grad.seq_error.eq(seqs.update_finish & seqs.update_read_error)]
 
         # --- the gather's lines (a LOOKUP's: an UPDATE's rows never reach it) are pooled
         wiring.connect(m, gather.o_lines, pool.i_lines)
@@ -371,6 +371,10 @@ class Engine(wiring.Component):
         m.d.comb += [
             grad.start.eq(seqs.update_start),
             grad.checked.eq(seqs.update_checked),
+            grad.ahead.eq(seqs.ahead),
+            grad.ahead_addr.eq(seqs.ahead_data_addr),
+            grad.ahead_bags.eq(seqs.ahead_num_bags),
+            grad.ahead_glines.eq(seqs.ahead_glines),
             grad.data_addr.eq(update.data_addr),
             grad.num_bags.eq(update.num_bags),
             grad.glines.eq(update.glines),

@@ -42,6 +42,17 @@ class GradFeed(wiring.Component):
     one included (it comes after every read, every row and ``finish``), so the update
     writes nothing.
 
+    **Reading ahead into the next UPDATE.** While ``ahead`` is high it names the UPDATE
+    that will ``start`` next (``ahead_addr``, ``ahead_bags``, ``ahead_glines``), which
+    has passed its checks. Once every gradient read of the current UPDATE has been
+    issued (or none is running), the feed goes on reading that UPDATE's gradients into
+    the same ring, behind the current one's lines, as room allows. At its ``start`` the
+    feed keeps those lines and reads on, instead of starting over at ``data_addr``; the
+    current UPDATE's end item still waits only for the current UPDATE's reads. A read
+    error on a line read ahead makes the next UPDATE's items ``bad``, not the current
+    one's. The engine raises ``ahead`` only where the read cannot observe a write still
+    to come (``docs/embedding.md``, "UPDATEs of different tables overlap").
+
     Rate: one item per cycle through the rows of a bag (the ring is read a cycle ahead
     of each item), and on into the next bag's first row when that bag's lines are in
     the ring; otherwise (and after an empty bag) a bag's first row adds two cycles
@@ -59,6 +70,11 @@ class GradFeed(wiring.Component):
         bf16).
     checked : ``In(1)``
         The UPDATE passed its checks: the read-ahead may start before its first row.
+    ahead : ``In(1)``
+        The next UPDATE (passed its checks, not yet started) may be read ahead; held
+        until its ``start``, and its settings with it.
+    ahead_addr, ahead_bags, ahead_glines : ``In``
+        That UPDATE's ``data_addr``, ``num_bags`` and ``glines``.
     finish : ``In(1)``
         Pulse once the UPDATE's rows have all been taken from ``i_rows``.
     seq_error : ``In(1)``
@@ -68,6 +84,7 @@ class GradFeed(wiring.Component):
         Read port (AR, R).
     o_items : ``Out(stream.Signature(ITEM))``
     busy : ``Out(1)``
+        An UPDATE is being fed, or the next one's gradients are being read ahead.
     """
 
     def __init__(self, *, addr_width: int, id_width: int, max_glines: int):
@@ -82,6 +99,10 @@ class GradFeed(wiring.Component):
             "glines": In(9),
             "items": In(9),
             "checked": In(1),
+            "ahead": In(1),
+            "ahead_addr": In(addr_width),
+            "ahead_bags": In(32),
+            "ahead_glines": In(9),
             "finish": In(1),
             "seq_error": In(1),
             "i_rows": In(stream.Signature(ROW)),
@@ -121,18 +142,40 @@ class GradFeed(wiring.Component):
         held = Signal(rb + 1)           # lines received and not released
         after = Signal(rb + 1)          # ... of them past the current bag's
         m.d.comb += [held.eq(rcv - cons), after.eq(held - self.glines[:rb + 1])]
+        # Between ``start`` and the end item: an UPDATE is being fed.
+        live = Signal()
+        # Reading the next UPDATE ahead: its settings, the ring pointer of its first
+        # line, whether every read of the current UPDATE has returned (the R channel
+        # has reached ``nxt_first``) and whether a line read ahead failed.
+        pf_next = Signal()
+        nxt_bags = Signal(32)
+        nxt_glines = Signal(9)
+        nxt_first = Signal(rb + 1)
+        cur_rcvd = Signal()
+        bad_next = Signal()
+        pf_bags = Mux(pf_next, nxt_bags, self.num_bags)
+        pf_glines = Mux(pf_next, nxt_glines, self.glines)
         ar = Signal()
         # The reads go on after ``finish`` (the last bag may still want its lines), but
         # not in FINISH: every bag has had its row by then, so every line was asked for.
-        m.d.comb += ar.eq(pf_on & ~finishing & (pf_bag != self.num_bags)
+        # The next UPDATE's go on regardless.
+        m.d.comb += ar.eq(Mux(pf_next, 1, live & pf_on & ~finishing)
+                          & (pf_bag != pf_bags)
                           & ~(req - cons)[rb])     # fewer than 2**rb taken
         with m.If(self.finish):
             m.d.sync += fin.eq(1)
-        with m.If(self.start):
-            m.d.sync += [pf_addr.eq(self.data_addr), pf_bag.eq(0), pf_line.eq(0),
-                         req.eq(0), rcv.eq(0), cons.eq(0), pf_on.eq(0)]
         with m.If(self.checked & ~fin):
             m.d.sync += pf_on.eq(1)
+        # Read ahead once the current UPDATE's reads have all been issued (or none runs).
+        # No AR goes out this cycle, so ``req`` is the next UPDATE's first line.
+        with m.If(self.ahead & ~pf_next & ~self.start
+                  & (~live | (pf_on & (pf_bag == self.num_bags)))):
+            m.d.sync += [pf_next.eq(1), pf_addr.eq(self.ahead_addr), pf_bag.eq(0),
+                         pf_line.eq(0), nxt_bags.eq(self.ahead_bags),
+                         nxt_glines.eq(self.ahead_glines), nxt_first.eq(req),
+                         cur_rcvd.eq((rcv + axi.rvalid)[:rb + 1] == req), bad_next.eq(0)]
+        with m.If(pf_next & axi.rvalid & ((rcv + 1)[:rb + 1] == nxt_first)):
+            m.d.sync += cur_rcvd.eq(1)
 
         m.d.comb += [
             axi.arvalid.eq(ar),
@@ -150,20 +193,32 @@ class GradFeed(wiring.Component):
         with m.If(ar & axi.arready):
             m.d.sync += [req.eq(req + 1),
                          pf_addr.eq(pf_addr + (1 << _LINE_SHIFT))]
-            with m.If((pf_line + 1)[:9] == self.glines):
+            with m.If((pf_line + 1)[:9] == pf_glines):
                 m.d.sync += [pf_line.eq(0), pf_bag.eq(pf_bag + 1)]
             with m.Else():
                 m.d.sync += pf_line.eq(pf_line + 1)
         with m.If(axi.rvalid):
             m.d.sync += rcv.eq(rcv + 1)
         # A gradient read answered with an error, or a ``bad`` row: every item from then
-        # on is ``bad`` (the last one comes after every read and row).
+        # on is ``bad`` (the last one comes after every read and row). A line of the
+        # next UPDATE marks that one.
         bad = Signal()
-        with m.If((axi.rvalid & axi.rresp.any()) | (rows.valid & rows.ready & rows.p.bad)
-                  | self.seq_error):
+        r_err = axi.rvalid & axi.rresp.any()
+        with m.If(r_err & pf_next & cur_rcvd):
+            m.d.sync += bad_next.eq(1)
+        row_bad = rows.valid & rows.ready & rows.p.bad
+        with m.If((r_err & ~(pf_next & cur_rcvd)) | row_bad | self.seq_error):
             m.d.sync += bad.eq(1)
         with m.If(self.start):
-            m.d.sync += bad.eq(0)
+            m.d.sync += live.eq(1)
+            with m.If(pf_next):
+                # Its lines from ``nxt_first`` on are in the ring or on their way.
+                m.d.sync += [pf_next.eq(0), cons.eq(nxt_first), pf_on.eq(1),
+                             bad.eq(bad_next | (r_err & cur_rcvd) | row_bad)]
+            with m.Else():
+                m.d.sync += [pf_addr.eq(self.data_addr), pf_bag.eq(0), pf_line.eq(0),
+                             req.eq(0), rcv.eq(0), cons.eq(0), pf_on.eq(0),
+                             bad.eq(row_bad)]
 
         m.d.comb += [
             out.p.row.eq(row.row),
@@ -231,13 +286,13 @@ class GradFeed(wiring.Component):
                         m.d.comb += read_at.eq(cons + j + 1)
                         m.d.sync += j.eq(j + 1)
             with m.State("FINISH"):
-                # Every read issued has returned: nothing is left to land in the ring
-                # of the next UPDATE.
-                m.d.comb += out.valid.eq(rcv == req)
+                # Every read of this UPDATE has returned: nothing is left to land in
+                # the ring of the next UPDATE (whose own reads may be in flight).
+                m.d.comb += out.valid.eq(Mux(pf_next, cur_rcvd, rcv == req))
                 with m.If(out.valid & out.ready):
-                    m.d.sync += [fin.eq(0), pf_on.eq(0)]
+                    m.d.sync += [fin.eq(0), pf_on.eq(0), live.eq(0)]
                     m.next = "IDLE"
 
         m.d.comb += [finishing.eq(fsm.ongoing("FINISH")),
-                     self.busy.eq(~fsm.ongoing("IDLE") | fin)]
+                     self.busy.eq(~fsm.ongoing("IDLE") | fin | pf_next)]
         return m

@@ -67,7 +67,9 @@ class SequencerPool(wiring.Component):
     + ``rows * lines_per_row * 64`` and ``data_addr`` + ``num_bags * glines * 64``).
     Its gradients are then read while the earlier UPDATE's rows are read and written;
     the scatter takes its items once the earlier UPDATE has sent its last write, and
-    reads its rows (in another table) while those writes complete. As an UPDATE's turn begins,
+    reads its rows (in another table) while those writes complete. With the gradients in
+    GPU memory, the UPDATE whose turn is next may have them read even before its turn
+    (``ahead``, once it has passed its checks). As an UPDATE's turn begins,
     ``update`` takes its settings and ``update_start`` pulses. Each row says whether it
     is an UPDATE's (``update``), so the lines the gather reads for it go to the scatter.
 
@@ -99,8 +101,18 @@ class SequencerPool(wiring.Component):
     update_start : ``Out(1)``
     update_checked : ``Out(1)``
         The running UPDATE has passed its checks (its sequencer emits its rows).
+    ahead : ``Out(1)``
+        The UPDATE whose turn begins next has passed its checks and its gradients are
+        in GPU memory (``scratch_host``): they may be read before its turn.
+    ahead_data_addr, ahead_num_bags, ahead_glines : ``Out``
+        That UPDATE's gradient buffer, bags and fp32 gradient lines per bag.
     update_overlap : ``Out(1)``
         Pulses with ``update_start`` when the UPDATE before is still writing.
+    update_finish, update_read_error : ``Out(1)``
+        ``update_finish`` pulses as the status of an UPDATE that passed its checks goes
+        on (its last row has gone before it), with ``update_read_error`` if a read of
+        its pass 2 failed; the gradient feed learns from it that the rows are over
+        without waiting for the completion of earlier descriptors.
     i_update_fed : ``In(1)``
         The running UPDATE's last item has been taken by the scatter (one cycle).
     i_update_done : ``In(1)``
@@ -127,7 +139,13 @@ class SequencerPool(wiring.Component):
             "update": Out(update_layout(addr_width)),
             "update_start": Out(1),
             "update_checked": Out(1),
+            "ahead": Out(1),
+            "ahead_data_addr": Out(addr_width),
+            "ahead_num_bags": Out(32),
+            "ahead_glines": Out(_LPR_BITS),
             "update_overlap": Out(1),
+            "update_finish": Out(1),
+            "update_read_error": Out(1),
             "i_update_fed": In(1),
             "i_update_done": In(1),
             "scratch_host": In(1),
@@ -230,6 +248,17 @@ class SequencerPool(wiring.Component):
                 m.d.sync += [upd.eq(cur), self.update_start.eq(1), feeding.eq(1),
                              self.update_overlap.eq(pending != 0)]
         m.d.sync += pending.eq(pending + (opens & cur_update) - self.i_update_done - failed)
+        # Every LOOKUP before the turn's UPDATE completed before that UPDATE was taken
+        # from the ring (the dispatcher's rule), and UPDATEs write only PMEM: once it
+        # has passed its checks, its gradients in GPU memory may be read now.
+        m.d.comb += [
+            self.ahead.eq(cur_update & held & passed & ~opened & self.scratch_host),
+            self.ahead_data_addr.eq(cur.data_addr[:aw]),
+            self.ahead_num_bags.eq(cur.num_bags),
+            self.ahead_glines.eq(cur_fp32),
+        ]
+        m.d.comb += [self.update_finish.eq(status_out & cur_update & ~status.p.status.any()),
+                     self.update_read_error.eq(status.p.read_error)]
         with m.If(self.i_update_fed | failed):
             m.d.sync += feeding.eq(0)
         with m.If(status_out):
