@@ -51,7 +51,7 @@ class GradFeed(wiring.Component):
     current UPDATE's end item still waits only for the current UPDATE's reads. A read
     error on a line read ahead makes the next UPDATE's items ``bad``, not the current
     one's. The engine raises ``ahead`` only where the read cannot observe a write still
-    to come (``docs/embedding.md``, "UPDATEs of different tables overlap").
+    to come (``docs/embedding.md``, "Gradients in GPU memory are read ahead").
 
     Rate: one item per cycle through the rows of a bag (the ring is read a cycle ahead
     of each item), and on into the next bag's first row when that bag's lines are in
@@ -63,7 +63,8 @@ class GradFeed(wiring.Component):
     Members
     -------
     start : ``In(1)``
-        Pulse when an UPDATE is dispatched: the read-ahead restarts at ``data_addr``.
+        Pulse when an UPDATE is dispatched: the read-ahead restarts at ``data_addr``
+        (or goes on, if that UPDATE was read ahead).
     data_addr, num_bags, glines, items : ``In``
         The UPDATE's gradient buffer, its bags, gradient lines per bag
         (1..``max_glines``) and items per counted row (table lines, twice that for
