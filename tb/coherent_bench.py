@@ -23,8 +23,6 @@ from cocotb.triggers import Lock
 from hw.config import DeviceConfig
 from hw.csr.registers import register_map
 from hw.cxl.dcoh import DcohError
-from hw.cxl.messages import Codec
-from hw.engine.completion import RECORD
 from hw.top import DCOH_CQID_BASE
 from sim.embedding import LINE_BYTES
 from tb.cache_home import HomeTiming
@@ -46,7 +44,6 @@ HDM_D, MLP_SRC_HOST, CQ_HOST = (_MAP["COH_CTRL"].pack(**{f: 1})
                                 for f in ("hdm_d", "mlp_src_host", "cq_host"))
 FLIP_BUSY, FLIP_DONE, FLIP_ERROR = (_MAP["COH_FLIP_STATUS"].pack(**{f: 1})
                                     for f in ("busy", "done", "error"))
-_RECORD = Codec(RECORD)
 
 
 def gpu_addr(cfg, offset: int) -> int:
@@ -360,12 +357,10 @@ class CoherentDriver(EngineDriver):
                 f"{await b.tb.csr.read('ENG_STATUS'):#x}, ENG_ERR "
                 f"{await b.tb.csr.read('ENG_ERR'):#x}") from None
 
-    def record(self, seq: int) -> dict:
+    def record_line(self, slot: int) -> bytes:
         if self.cq_host is None:
-            return super().record(seq)
-        slot = seq % (1 << self.order)
-        raw = self.bench.gpu.read_bytes(self.cq_host + slot * LINE_BYTES, LINE_BYTES)
-        return _RECORD.unpack(int.from_bytes(raw, "little"))
+            return super().record_line(slot)
+        return self.bench.gpu.read_bytes(self.cq_host + slot * LINE_BYTES, LINE_BYTES)
 
     def check(self, exp, *, table: bool = True) -> None:
         super().check(exp, table=table)

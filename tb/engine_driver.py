@@ -445,9 +445,13 @@ class EngineDriver:
 
     # --- checks ---------------------------------------------------------------------------
     def record(self, seq: int) -> dict:
-        slot = seq % (1 << self.order)
-        raw = self.image(self.cq_addr + slot * LINE_BYTES, LINE_BYTES)
-        return _RECORD.unpack(int.from_bytes(raw, "little"))
+        return _RECORD.unpack(int.from_bytes(self.record_line(seq % (1 << self.order)),
+                                             "little"))
+
+    def record_line(self, slot: int) -> bytes:
+        """The completion record in slot ``slot`` as the driver reads it (device memory;
+        a driver with ``COH_CTRL.CQ_HOST`` reads GPU memory instead)."""
+        return self.image(self.cq_addr + slot * LINE_BYTES, LINE_BYTES)
 
     def check(self, exp: Expect, *, table: bool = True) -> None:
         """Check one completed descriptor; with ``table``, also its table's whole image

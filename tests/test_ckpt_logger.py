@@ -203,14 +203,16 @@ class Result:
     first_xfer: int | None
     last_xfer: int | None
     drained_at: int
+    aw_held: int = 0        # AW transfers while ``hold`` was high
 
 
 def run(dut: UndoLogger, model: PmemModel, script: list, *, log2: int, slot_lines: int,
         epoch: int, seed: int, traffic: Traffic, enable: bool = True,
-        max_cycles: int = 200_000) -> Result:
+        hold=None, max_cycles: int = 200_000) -> Result:
     """``script``: ``("row", Row)``, ``("commit", b)`` (pulsed once the items before it
     were taken), ``("drain",)`` (wait for ``drained``, record the status) and
-    ``("restart", epoch)`` (wait for ``drained``, pulse ``restart``, new epoch)."""
+    ``("restart", epoch)`` (wait for ``drained``, pulse ``restart``, new epoch).
+    ``hold(cycle)``: the ``hold`` input in that cycle (default low)."""
     rng = random.Random(seed)
     slots = 1 << log2
     steps = []
@@ -261,6 +263,8 @@ def run(dut: UndoLogger, model: PmemModel, script: list, *, log2: int, slot_line
         restart = False
         while True:
             assert cycle < max_cycles, f"timeout at {len(steps)} steps left"
+            held = bool(hold(cycle)) if hold is not None else False
+            ctx.set(dut.hold, held)
             ctx.set(dut.commit, 0)
             ctx.set(dut.restart, restart)
             restart = False
@@ -306,6 +310,7 @@ def run(dut: UndoLogger, model: PmemModel, script: list, *, log2: int, slot_line
             checks["AW"].observe(cycle, awvalid, awready, aw)
             checks["W"].observe(cycle, wvalid, wready, (wdata, wstrb, wlast))
             if awvalid and awready:
+                res.aw_held += held
                 assert aw[2] == 0 and aw[0] == 0
                 model.accept_aw(aw[0], aw[1], aw[2], cycle, size=aw[3], burst=aw[4])
                 aw_q.append(aw[1])
@@ -538,6 +543,43 @@ def test_disabled_drops_everything(seed):
               enable=False)
     assert res.records == 0 and res.status[-1]["seq"] == 0
     assert mem.stats.writes == 0
+
+
+@pytest.mark.parametrize("rows", [10, 60])
+def test_hold_defers_records(rows, seed):
+    """``hold`` high while the rows stream in (and 100 cycles longer): with fewer lines
+    than three quarters of the FIFO no record is written until it falls, and the input
+    never waits; with many more, records are written all the same once the FIFO is three
+    quarters full (the input is never blocked for good), but only that excess. Either
+    way every row is logged as without ``hold``."""
+    rng = random.Random(seed)
+    fifo = 32
+    dut = UndoLogger(addr_width=ADDR_WIDTH, id_width=1, max_slot_lines=2, filter_rows=256,
+                     fifo_lines=fifo)
+    rows_ = [Row(1, 0, r, 64 * r, [rng.getrandbits(512)]) for r in range(rows)]
+    script = [("row", r) for r in rows_]
+    state = {"until": None}
+
+    def hold(cycle):
+        # High until 100 cycles after the estimated end of the input, then low.
+        if state["until"] is None:
+            state["until"] = cycle + 4 * rows + 100
+        return cycle < state["until"]
+
+    ref, status = expected(script, log2=7, slot_lines=2, filter_rows=256, epoch=1)
+    mem = pmem(seed)
+    res = run(dut, mem, script, log2=7, slot_lines=2, epoch=1, seed=seed, traffic=ROUGH,
+              hold=hold)
+    assert res.status == status and res.records == len(ref.written) == rows
+    check_image(mem, ref, 2)
+    assert res.last_xfer < state["until"], "the input did not finish while held"
+    high_water = (3 * fifo + 3) // 4
+    if rows < high_water:
+        assert res.aw_held == 0, f"{res.aw_held} writes while held"
+        assert res.ready_low == 0
+    else:
+        # One-line rows: two writes each; at least high_water - 1 lines stay buffered.
+        assert 0 < res.aw_held <= 2 * (rows - high_water + 2), res.aw_held
 
 
 @pytest.mark.long

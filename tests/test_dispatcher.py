@@ -11,10 +11,10 @@ and the undo log (not drained from each LOOKUP's dispatch until some time after 
 completes). Every cycle it checks that a dispatch happens exactly when every rule of
 the class docstring allows it (so a rule broken and a needless stall both fail), that
 ``o_exec`` carries exactly the executing descriptors, that each ``INFO`` is what the
-completion needs, and that ``outstanding`` and ``serial`` match its own count; passive
-checkers hold ``o_exec`` and ``o_info`` to the stream rules. Counters make sure every
-rule held a descriptor back at least once. Random tests print their seed; ``SEED=<n>``
-replays one.
+completion needs, and that ``outstanding``, ``serial`` and ``lookups`` match its own
+counts; passive checkers hold ``o_exec`` and ``o_info`` to the stream rules. Counters
+make sure every rule held a descriptor back at least once. Random tests print their
+seed; ``SEED=<n>`` replays one.
 """
 
 from __future__ import annotations
@@ -138,16 +138,18 @@ def _run(seed: int, *, queue: int, n_desc: int, idle: float, bp: float,
             allowed = valid and not any(reasons.values())
             want_go = allowed and (not executes or exec_ready)
 
-            (go, ev, ep, ck_status, ck_accept, ck_valid, iv, ip, outstanding, serial
+            lookup_out = any(k == 1 for k, _ in running)
+            (go, ev, ep, ck_status, ck_accept, ck_valid, iv, ip, outstanding, serial, lookups
              ) = (await ctx.tick().sample(
                 dut.i_desc.ready, dut.o_exec.valid, dut.o_exec.payload, dut.ckpt.status,
                 dut.ckpt.accept, dut.ckpt.desc_valid, dut.o_info.valid, dut.o_info.payload,
-                dut.outstanding, dut.serial))[2:]
+                dut.outstanding, dut.serial, dut.lookups))[2:]
             rules[0].observe(cycle, ev, exec_ready, ep.as_value().value)
             rules[1].observe(cycle, iv, info_ready, ip.as_value().value)
             where = f"cycle {cycle}, seed {seed}"
             assert outstanding == len(running), where
             assert serial == serial_out, where
+            assert lookups == lookup_out, where
             assert ck_valid == valid and ck_accept == go, where
             if valid:
                 assert ck_status.value == status, where

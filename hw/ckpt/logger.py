@@ -45,6 +45,14 @@ class UndoLogger(wiring.Component):
     already buffered are still logged; change the configuration only while
     ``drained``).
 
+    **Hold.** While ``hold`` is high and the FIFO is less than three quarters full, no
+    new record starts (a record already begun is finished, and rows the decision below
+    skips or discards are still dropped): the engine raises it while its gather reads
+    table rows, so that the record writes wait for the media until the gather is done
+    (``docs/checkpoint.md``, "When records are written") instead of taking media time
+    from it. Past three quarters the records are written regardless, so the FIFO never
+    fills while a record could be written.
+
     **Decision** (at a row's line 0, in this order):
 
     1. the row's batch has overflowed (``overflow`` with ``overflow_batch`` equal to
@@ -119,6 +127,8 @@ class UndoLogger(wiring.Component):
     -------
     enable, log_base, log_slots_log2, slot_lines, epoch : ``In``
         Configuration, stable while enabled (``log_base`` 64-byte aligned).
+    hold : ``In(1)``
+        Defer new records (above).
     i_undo : ``In(stream.Signature(UNDO_IN))``
         The undo-capture stream.
     commit, commit_batch : ``In(1)``, ``In(32)``
@@ -140,6 +150,7 @@ class UndoLogger(wiring.Component):
         self._fifo_lines = check_int("fifo_lines", fifo_lines, 2, 4096)
         super().__init__({
             "enable": In(1),
+            "hold": In(1),
             "log_base": In(addr_width),
             "log_slots_log2": In(5),
             "slot_lines": In(8),
@@ -214,6 +225,9 @@ class UndoLogger(wiring.Component):
         acc = Signal(64)                # sum of the payload words so far
         base = Signal(aw)
         m.d.comb += base.eq(self.log_base + space.slot_off)
+        # Hold: no new record below the high-water mark (three quarters of the FIFO).
+        defer = Signal()
+        m.d.comb += defer.eq(self.hold & (fifo.level < (3 * self._fifo_lines + 3) // 4))
         ovf_row = overflow & (overflow_batch == h.batch_id)
         bad_n = ~h.n_lines.any() | (h.n_lines >= self.slot_lines)
         set_ovf = Signal()
@@ -237,7 +251,7 @@ class UndoLogger(wiring.Component):
                     m.d.comb += [take.eq(1), set_ovf.eq(1)]
                     m.d.sync += [overflow.eq(1), overflow_batch.eq(h.batch_id)]
                     m.next = "SKIP"
-                with m.Else():
+                with m.Elif(~defer):
                     write(base + 64, h.data)        # payload line 0 to slot line 1
                     with m.If(wr.ready):
                         m.d.comb += [take.eq(1), filt.insert.eq(1), space.alloc.eq(1)]

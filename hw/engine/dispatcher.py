@@ -74,6 +74,8 @@ class Dispatcher(wiring.Component):
         Descriptors dispatched and not yet completed.
     serial : ``Out(1)``
         A COMMIT or FENCE is outstanding.
+    lookups : ``Out(1)``
+        A LOOKUP is outstanding.
     """
 
     def __init__(self, *, max_dim: int, queue: int,
@@ -98,6 +100,7 @@ class Dispatcher(wiring.Component):
             "undo_drained": In(1),
             "outstanding": Out(8),
             "serial": Out(1),
+            "lookups": Out(1),
         })
 
     max_dim = property(lambda self: self._max_dim)
@@ -175,6 +178,7 @@ class Dispatcher(wiring.Component):
             m.d.sync += lookups_out.eq(lookups_out + 1)
         with m.Elif(~lookup_in & lookup_done):
             m.d.sync += lookups_out.eq(lookups_out - 1)
+        m.d.comb += self.lookups.eq(lookups_out.any())
         with m.If(go & serialising):
             m.d.sync += self.serial.eq(1)
         with m.Elif(done & (outstanding == 1) & ~go):

@@ -315,6 +315,8 @@ class Engine(wiring.Component):
             ckpt.mlp_src_host.eq(self.mlp_src_host),
             copy_src.host.eq(self.mlp_src_host),
             copy_src.base_line.eq(ckpt.src_line),
+            # Undo records wait while LOOKUPs gather their rows (UndoLogger, "Hold").
+            logger.hold.eq(dispatch.lookups),
             logger.log_base.eq(recovery.log_base),
             logger.log_slots_log2.eq(recovery.log_slots_log2),
             logger.slot_lines.eq(recovery.slot_lines),
