@@ -419,25 +419,32 @@ class EngineDriver:
         """Doorbell: every queued descriptor is durable, so publish the tail."""
         await self.tb.csr.write("ENG_TAIL", self.tail & 0xFFFF_FFFF)
 
-    async def wait(self, *, timeout: int = 200_000, poll: int = 64) -> None:
-        """Wait until the head reaches the tail, then check every completed descriptor."""
+    async def wait(self, *, timeout: int = 200_000, poll: int = 64,
+                   upto: int | None = None) -> None:
+        """Wait until the head reaches ``upto`` (a descriptor count; default the tail),
+        then check every descriptor before it; those after it stay pending for a later
+        wait. A table is compared after the last descriptor before ``upto`` that uses
+        it, so no UPDATE of that table may come after ``upto`` (it may have run)."""
         loop = self.tb.loop
         start = loop.cycle
+        target = self.tail if upto is None else upto
+        assert self.completed <= target <= self.tail, (self.completed, target, self.tail)
         while True:
             self.head = await self.tb.csr.read("ENG_HEAD")
-            if self.head == self.tail & 0xFFFF_FFFF:
+            if (self.head - target) & 0xFFFF_FFFF < 1 << 31:        # head >= target
                 break
             if loop.cycle - start > timeout:
-                raise TimeoutError(f"engine head {self.head} did not reach tail {self.tail} "
+                raise TimeoutError(f"engine head {self.head} did not reach {target} "
                                    f"within {timeout} cycles")
             await loop.wait_cycles(poll)
-        for i, exp in enumerate(self.pending):
+        done = [exp for exp in self.pending if exp.seq < target]
+        for i, exp in enumerate(done):
             # A table is compared once per wait, after the last descriptor that uses it.
             last_use = exp.table is not None and all(
-                later.table is not exp.table for later in self.pending[i + 1:])
+                later.table is not exp.table for later in done[i + 1:])
             self.check(exp, table=last_use)
-        self.completed = self.tail
-        self.pending.clear()
+        self.completed = target
+        self.pending = self.pending[len(done):]
 
     async def run(self, *, timeout: int = 200_000) -> None:
         await self.ring()

@@ -243,6 +243,7 @@ class Trainer:
         self.current: dict | None = None       # the execution in progress
         self.issued = self.completed = 0
         self.seq = 0                            # baseline: next undo record number
+        self.commit_pending = None              # baseline: the last commit, running
         self.starts: dict[int, int] = {}        # batch -> cycle its latest execution began
 
     # --- set-up ---------------------------------------------------------------------------
@@ -313,49 +314,85 @@ class Trainer:
         return grads
 
     # --- TrainingCXL ---------------------------------------------------------------------
-    async def tcxl_batch(self, b: int) -> None:
+    async def tcxl_train(self, first: int, last: int) -> None:
+        """Batches ``first..last``. The first batch's LOOKUPs have a doorbell of their
+        own; after that batch ``b``'s UPDATEs, COMMIT(``b``), every K batches its
+        MLP_CHECKPOINT, and batch ``b + 1``'s LOOKUPs share one doorbell, which the
+        device executes in ring order (docs/training.md, "One doorbell per batch")."""
+        self._release()
+        self._begin(first)
+        t = self.tb.loop.cycle
+        exps = await self._queue_lookups(first, capture=True)
+        await self.drv.ring()
+        pooled = await self._lookup_done(first, exps, t)
+        for b in range(first, last + 1):
+            pooled = await self._tcxl_step(b, pooled, last)
+
+    async def _tcxl_step(self, b: int, pooled: list, last: int) -> list | None:
+        """Batch ``b`` from its pooled vectors on: the GPU step, then one doorbell for its
+        UPDATEs, COMMIT and MLP_CHECKPOINT and batch ``b + 1``'s LOOKUPs (``b < last``);
+        ``b`` ends when its COMMIT (or checkpoint) has completed, ``b + 1`` begins there.
+        Returns batch ``b + 1``'s pooled vectors (None after ``last``)."""
         drv = self.drv
         batch = self.data[b - 1]
-        pooled, n_idx = await self._start_batch(b, batch, capture=True)
         distinct = sum(len(np.unique(idx)) for idx, _ in batch.sparse)
+        n_idx = sum(len(idx) for idx, _ in batch.sparse)
         # SRAM: each gathered line in and out of the reorder buffer, each update in and
         # out of the row cache, each undo line in and out of the FIFO.
         self.current["device_sram_lines"] += 2 * (2 * n_idx * self.lpr
                                                   + distinct * (1 + self.lpr))
-
         grads = await self.gpu_step(b, pooled)
         t = self.tb.loop.cycle
+        self._release()             # every earlier descriptor has completed
         await self._engine_updates(b, batch, grads)
         self.golden[b] = [tab.data for tab in self.tables]
         await drv.plain(DescKind.COMMIT, batch_id=b)
         self.issued = b
-        await drv.ring()
         t = self._phase("update", t)
         if b % self.k == 0:
             exp = await drv.mlp_checkpoint(b, self.params_hist[b])
             assert exp.status is Status.OK, exp.status
-            await drv.ring()
             self.current["device_sram_lines"] += 2 * len(self.params0) // LINE_BYTES
             t = self._phase("checkpoint", t)
-        await drv.wait(poll=POLL, timeout=5_000_000)
+        upto = drv.tail
+        nxt = await self._queue_lookups(b + 1, capture=True) if b < last else None
+        await drv.ring()
+        await drv.wait(poll=POLL, timeout=5_000_000, upto=upto)
         self._phase("update", t)
         self._finish(b)
+        if nxt is None:
+            return None
+        self._begin(b + 1)
+        return await self._lookup_done(b + 1, nxt, self.tb.loop.cycle)
 
-    async def _start_batch(self, b: int, batch, *, capture: bool) -> tuple[list, int]:
-        """Batch ``b`` begins in an engine mode: its execution record and its LOOKUPs
-        (``capture``: undo capture on), timed as the lookup phase, and the engine's fp32
-        adds (one per element and counted index in LOOKUP and in UPDATE). Returns the
-        pooled vectors and the number of counted indices."""
+    def _release(self) -> None:
+        """Free the buffers of every descriptor so far (all completed)."""
         self.drv.heap.release(self.mark)
         if self.drv.scratch is not None:
             self.drv.scratch.heap.release(self.drv.scratch.heap.start)
+
+    async def _start_batch(self, b: int, batch, *, capture: bool) -> tuple[list, int]:
+        """Batch ``b`` begins in an engine mode with a doorbell of its own for its LOOKUPs
+        (``capture``: undo capture on): its execution record, the LOOKUPs, timed as the
+        lookup phase. Returns the pooled vectors and the number of counted indices."""
+        self._release()
         self._begin(b)
         t = self.tb.loop.cycle
-        pooled = await self._engine_lookup(b, batch, capture=capture)
+        exps = await self._queue_lookups(b, capture=capture)
+        await self.drv.ring()
+        pooled = await self._lookup_done(b, exps, t)
+        return pooled, sum(len(idx) for idx, _ in batch.sparse)
+
+    async def _lookup_done(self, b: int, exps: list, t: int) -> list[np.ndarray]:
+        """Wait for batch ``b``'s LOOKUPs (rung already), take their pooled vectors and
+        count the lookup phase from cycle ``t``, and the engine's fp32 adds (one per
+        element and counted index in LOOKUP and in UPDATE)."""
+        await self.drv.wait(poll=POLL, timeout=5_000_000)
+        pooled = await self._pooled(b, exps)
         self._phase("lookup", t)
-        n_idx = sum(len(idx) for idx, _ in batch.sparse)
+        n_idx = sum(len(idx) for idx, _ in self.data[b - 1].sparse)
         self.current["device_fp_adds"] += 2 * n_idx * self.w.dim
-        return pooled, n_idx
+        return pooled
 
     def _finish(self, b: int) -> None:
         """Batch ``b`` completed: its execution record, held-out loss and progress line."""
@@ -376,17 +413,18 @@ class Trainer:
             exp = await self.drv.update(table, Batch(idx, off), g, batch_id=b)
             assert exp.status is Status.OK, exp.status
 
-    async def _engine_lookup(self, b: int, batch, *, capture: bool) -> list[np.ndarray]:
-        """A LOOKUP per table (capturing undo records with ``capture``), rung and waited
-        for; the pooled vectors read over CXL.mem (all in flight), or from GPU memory when
-        the device wrote them there, and checked."""
+    async def _queue_lookups(self, b: int, *, capture: bool) -> list:
+        """A LOOKUP per table of batch ``b`` (capturing undo records with ``capture``),
+        queued; the caller rings."""
+        return [await self.drv.lookup(table, Batch(idx, off), batch_id=b,
+                                      capture_undo=capture)
+                for table, (idx, off) in zip(self.tables, self.data[b - 1].sparse,
+                                             strict=True)]
+
+    async def _pooled(self, b: int, exps: list) -> list[np.ndarray]:
+        """The pooled vectors of completed LOOKUPs ``exps``: from GPU memory where the
+        device wrote them, else read over CXL.mem (all in flight); checked."""
         drv, agent = self.drv, self.tb.agent
-        exps = []
-        for table, (idx, off) in zip(self.tables, batch.sparse, strict=True):
-            exps.append(await drv.lookup(table, Batch(idx, off), batch_id=b,
-                                         capture_undo=capture))
-        await drv.ring()
-        await drv.wait(poll=POLL, timeout=5_000_000)
         if drv.scratch is not None:
             images = [drv.out_image(e.out_addr, len(e.out_image)) for e in exps]
         else:
@@ -399,10 +437,6 @@ class Trainer:
             assert image == e.out_image, f"batch {b}: pooled vectors read back differ"
             pooled.append(emb.unpack_rows(image, self.w.batch, self.w.dim, self.w.dtype))
         return pooled
-
-    async def tcxl_train(self, first: int, last: int) -> None:
-        for b in range(first, last + 1):
-            await self.tcxl_batch(b)
 
     async def crash_and_recover(self, at: int) -> dict:
         """Power failure now; reset, recovery, checks, MLP reload. Returns the crash
@@ -499,6 +533,11 @@ class Trainer:
         t = tb.loop.cycle
         new = [emb.update(tab, idx, off, g)
                for tab, (idx, off), g in zip(local, batch.sparse, grads, strict=True)]
+        # The previous batch's commit is durable before this batch's undo records reuse
+        # its log slots (it has had this batch's row reads and GPU step to complete).
+        if self.commit_pending is not None:
+            await self.commit_pending
+            self.commit_pending = None
         await self._write_undo(b, rows, old_images)
         t = self._phase("checkpoint", t)
         writes = []
@@ -512,7 +551,13 @@ class Trainer:
             table.data = data
         await agent.wait_all(writes, timeout=1_000_000)
         t = self._phase("update", t)
-        await self._commit(b)
+        # The commit runs on while the next batch reads its rows (they need this batch's
+        # row writes, which are durable), as TrainingCXL's next LOOKUPs share the
+        # COMMIT's doorbell. The last batch waits for it.
+        self.commit_pending = cocotb.start_soon(self._commit(b))
+        if b == self.n:
+            await self.commit_pending
+            self.commit_pending = None
         self._phase("checkpoint", t)
         self.golden[b] = [tab.data for tab in self.tables]
         self._finish(b)
