@@ -132,7 +132,7 @@ class DeviceConfig:
     update_acc_rows: int = 4096
     update_acc_lines: int = 16384
     ckpt_filter_rows: int = 256
-    ckpt_fifo_lines: int = 64
+    ckpt_fifo_lines: int = 1024
     mlp_relax_k: int = 4
     page_bytes: int = 65536
     dcoh_cqids: int = 256
