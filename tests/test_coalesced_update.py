@@ -829,6 +829,24 @@ def test_overflow_then_normal(seed):
     check_run(new_dut(), model, [f32, b16], descs, seed=seed, traffic=ROUGH)
 
 
+def test_many_writes_without_b(seed):
+    """Descriptors of 200 and 150 distinct one-line rows against a PMEM whose Bs come
+    600 cycles after each write: hundreds of writes are owed a B at once, and
+    ``o_done`` must still wait for every one (a narrow count of the writes owed would
+    wrap and report a descriptor before its rows are durable)."""
+    nrng = np.random.default_rng(seed)
+    model = PmemModel(size=PMEM_SIZE, rng=random.Random(seed),
+                      timing=PmemTiming(read_latency=8, write_latency=600, jitter=0))
+    tables, descs = [], []
+    for n, distinct in enumerate((200, 150)):
+        t = make_table(nrng, model, 0x4_0000 * (n + 1), dtype=FP32, dim=16, rows=256)
+        rows = [int(r) for r in nrng.permutation(t.rows)[:distinct]]
+        descs.append(desc_with(nrng, t, rows, [0, distinct // 4, distinct // 2],
+                               weighted=False, end="last", acc_rows=256))
+        tables.append(t)
+    check_run(new_dut(acc_rows=256), model, tables, descs, seed=seed, traffic=SMOOTH)
+
+
 def test_nop_only_and_single_item_descriptors(seed):
     """A descriptor of only a ``nop`` + ``last`` item (and one of empty bags, ignored
     ``nop`` items before its end) completes with zeros and touches nothing; one whose

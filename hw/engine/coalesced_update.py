@@ -327,7 +327,10 @@ class CoalescedUpdate(wiring.Component):
 
         # --- the control
         ar_line = Signal(7)
-        owed = Signal(range(2 * _WQ_DEPTH + 2))     # AWs without a B
+        # AWs without a B: the PMEM port bounds them, not the write queue, so up to
+        # every line of the tail and of the descriptor applying (each at most
+        # ``acc_lines``).
+        owed = Signal(range(2 * self._acc_lines + 1))
         aw_taken = axi.awvalid & axi.awready
         b_taken = axi.bvalid & axi.bready
         m.d.sync += owed.eq(owed + aw_taken - b_taken)
