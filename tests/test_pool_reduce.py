@@ -405,14 +405,18 @@ def test_long_bag(seed):
 @pytest.mark.long
 def test_throughput(seed):
     """lanes = 16, dense input and a ready sink: one line per cycle while accumulating
-    when lines_per_row * P >= 6 (sum and max), 4 lines per 6 cycles with one line and
-    P = 4, and the final round emits one line per cycle."""
+    whenever lines_per_row * P >= 3, the adder's latency (sum and max; results are
+    forwarded to the operations issued 3 to 5 cycles after them), 2 lines per 3 cycles
+    with one line and P = 2, and the final round emits one line per cycle. A bag of
+    8 one-line rows (P = 4) costs 8 cycles of accumulation and 3 combination rounds of
+    3 cycles (the next bag's first row waits for the last round)."""
     rng = np.random.default_rng(seed)
     descs = [
         random_desc(rng, dim=32, dtype=FP32, mode=SUM, lengths=[30], special=0),
         random_desc(rng, dim=32, dtype=FP32, mode=MAX, lengths=[30], special=0),
         random_desc(rng, dim=16, dtype=FP32, mode=SUM, lengths=[24], special=0),
         random_desc(rng, dim=80, dtype=FP32, mode=SUM, lengths=[1], special=0),
+        random_desc(rng, dim=16, dtype=FP32, mode=SUM, lengths=[8, 8, 8], special=0),
     ]
     tb = TB(CONFIGS["lanes16-p4"], seed, idle=False, backpressure=False)
     tb.check(descs)
@@ -422,9 +426,23 @@ def test_throughput(seed):
     # while the previous bag is combined).
     assert np.diff(accepted[1:60]).tolist() == [1] * 58
     assert np.diff(accepted[61:120]).tolist() == [1] * 58
-    # Rows k and k + 4 use the same accumulator line: 4 rows every 6 cycles.
-    assert np.diff(accepted[121:144:4]).tolist() == [6] * 5
-    assert np.diff(delivered[-5:]).tolist() == [1] * 4
+    # Rows k and k + 4 use the same accumulator line, 4 cycles apart: no wait.
+    assert np.diff(accepted[121:144]).tolist() == [1] * 22
+    assert np.diff(delivered[5:10]).tolist() == [1] * 4     # the 80-element row's lines
+    # Bags of 8 one-line rows: 7 cycles between a bag's first and last rows, then the
+    # combination (3 rounds, each waiting for the previous one's result, 3 cycles).
+    bag = accepted[149:173]                 # after 60 + 60 + 24 + 5 lines
+    gaps = np.diff(bag).tolist()
+    print(f"8-row bags of one line: gaps {gaps}")
+    assert gaps[1:8] == [1] * 7 and gaps[9:16] == [1] * 7
+    per_bag = bag[16] - bag[8]
+    assert per_bag <= 8 + 3 * 3 + 2, per_bag
+    # P = 2: rows k and k + 2 share a line, 2 cycles apart: 2 rows every 3 cycles.
+    tb = TB({"lanes": 16, "partials": 2, "max_lines_per_row": 10}, seed, idle=False,
+            backpressure=False)
+    tb.check([random_desc(rng, dim=16, dtype=FP32, mode=SUM, lengths=[24], special=0)])
+    accepted = tb.log["accepted"]
+    assert np.diff(accepted[2:24:2]).tolist() == [3] * 10
 
 
 def test_fill_with_sink_paused(seed):

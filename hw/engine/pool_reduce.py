@@ -94,13 +94,16 @@ class PoolReduce(wiring.Component):
     **Throughput and latency** (``B = 16 / lanes`` beats per fp32 line, ``S = B`` for
     fp32 and ``2B`` for bf16 tables, ``A = 3`` the adder latency). Accumulation takes
     one beat per cycle (one line per cycle at ``lanes = 16`` for fp32) whenever
-    ``P * lines_per_row * S >= A + 3 = 6``; otherwise a beat whose accumulator line was
-    updated fewer than 6 cycles before waits for the write-back (a read-after-write
-    stall; there is no forwarding), so e.g. one-line rows with ``P = 4`` run at 4 lines
-    per 6 cycles. Per bag, input then stalls for the combination: ``max(Q - 1, 1)``
-    rounds of ``lines_per_row * S`` cycles each, a round waiting for the previous
-    round's write-back of the same line when ``lines_per_row * S < 6`` (so at least 6
-    cycles a round). The last round issues one beat per cycle while the output keeps up
+    ``P * lines_per_row * S >= A = 3``: an operation reads its accumulator line two
+    cycles before its operands meet the adder, and the results of the operations issued
+    3 to 5 cycles before it, whose write-backs that read misses, are forwarded to it
+    from the adder's output and two registers behind it; a beat whose line was updated
+    by one of the two operations just before it waits (a read-after-write stall), so
+    e.g. one-line rows with ``P = 2`` run at 2 lines per 3 cycles. Per bag, input then
+    stalls for the combination: ``max(Q - 1, 1)`` rounds of ``lines_per_row * S``
+    cycles each, a round waiting for the previous round's result of the same line when
+    ``lines_per_row * S < 3`` (so at least 3 cycles a round): a bag of 8 one-line fp32
+    rows with ``P = 4`` takes 15 cycles from its first row to the next bag's. The last round issues one beat per cycle while the output keeps up
     (a 10-entry output FIFO, reserved at issue); for mean the dividers take one beat
     every ``ceil(25 / div_bits_per_cycle) + 1`` cycles (6 at the default), which paces
     that round once the FIFO is full. From the issue of a final-round beat to its output
@@ -229,9 +232,10 @@ class PoolReduce(wiring.Component):
         assert mul_lat >= 3 and max_lat <= add_lat
         read_at, operand_at = mul_lat - 3, mul_lat - 1
         result_at = operand_at + add_lat
-        # An operation's write-back is visible to reads issued add_lat + 3 cycles after
-        # it: anything younger than that may not read what it writes.
-        window = add_lat + 2
+        # An operation's result reaches the adder's input of operations issued add_lat
+        # cycles after it or later (by the write-back, or forwarded below): anything
+        # issued closer to it may not use what it writes.
+        window = result_at - operand_at - 1
 
         op_layout = data.StructLayout({
             "valid": 1,
@@ -277,10 +281,40 @@ class PoolReduce(wiring.Component):
         identity = Cat(C(0, 23), opd.max.replicate(9))        # -inf or +0
         results = Signal(width)
         res = ops[result_at]
+
+        # Forwarding. An operation reads its accumulator lines two cycles before they meet
+        # the adder, so it misses the write-backs of the operations issued 3, 4 and 5
+        # cycles before it: their results are taken instead as they leave the adder, or
+        # from one of two registers that keep them for two more cycles (the newest
+        # result of a line wins). Only the two operations issued just before it are
+        # still in the adder when it needs them (``hazard`` below).
+        fwd_layout = data.StructLayout({"valid": 1, "addr": addr_bits, "w_mem": mem_bits})
+        now = Signal(fwd_layout, name="fwd0")
+        m.d.comb += [now.valid.eq(res.valid & res.write), now.addr.eq(res.addr),
+                     now.w_mem.eq(res.w_mem)]
+        fwd = [(now, results)]
+        for k in (1, 2):
+            meta_k = Signal(fwd_layout, name=f"fwd{k}")
+            data_k = Signal(width, name=f"fwd{k}_data", reset_less=True)
+            m.d.sync += [meta_k.eq(fwd[-1][0]), data_k.eq(fwd[-1][1])]
+            fwd.append((meta_k, data_k))
+
+        def forwarded(mem_sel, stored, name):
+            """``stored`` (the memory's line for partial ``mem_sel``) or the newest
+            result for it not yet visible there."""
+            value = stored
+            for meta_k, data_k in reversed(fwd):          # the oldest first, newest last
+                hit = meta_k.valid & (meta_k.addr == opd.addr) & (meta_k.w_mem == mem_sel)
+                value = Mux(hit, data_k, value)
+            out = Signal(width, name=name)
+            m.d.comb += out.eq(value)
+            return out
+        a_line = forwarded(opd.a_mem, a_data, "a_line")
+        b_line = forwarded(opd.b_mem, b_data, "b_line")
         for lane in range(lanes):
             part = slice(32 * lane, 32 * lane + 32)
-            a = Mux(opd.a_read, a_data[part], Mux(opd.a_zero, C(0, 32), identity))
-            b = Mux(opd.b_read, b_data[part],
+            a = Mux(opd.a_read, a_line[part], Mux(opd.a_zero, C(0, 32), identity))
+            b = Mux(opd.b_read, b_line[part],
                     Mux(opd.b_identity, identity, muls[lane].o_result.payload))
             max_out = maxs[lane].o_result.payload
             for k in range(add_lat - max_lat):
