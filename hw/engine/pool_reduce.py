@@ -103,8 +103,9 @@ class PoolReduce(wiring.Component):
     stalls for the combination: ``max(Q - 1, 1)`` rounds of ``lines_per_row * S``
     cycles each, a round waiting for the previous round's result of the same line when
     ``lines_per_row * S < 3`` (so at least 3 cycles a round): a bag of 8 one-line fp32
-    rows with ``P = 4`` takes 15 cycles from its first row to the next bag's. The last round issues one beat per cycle while the output keeps up
-    (a 10-entry output FIFO, reserved at issue); for mean the dividers take one beat
+    rows with ``P = 4`` takes 15 cycles from its first row to the next bag's. The last
+    round issues one beat per cycle while the output keeps up (a 10-entry output FIFO,
+    reserved at issue); for mean the dividers take one beat
     every ``ceil(25 / div_bits_per_cycle) + 1`` cycles (6 at the default), which paces
     that round once the FIFO is full. From the issue of a final-round beat to its output
     line: 10 cycles (6 of pipeline, 2 in the output FIFO, 1 of bf16 rounding, the output
