@@ -319,12 +319,7 @@ class Trainer:
         own; after that batch ``b``'s UPDATEs, COMMIT(``b``), every K batches its
         MLP_CHECKPOINT, and batch ``b + 1``'s LOOKUPs share one doorbell, which the
         device executes in ring order (docs/training.md, "One doorbell per batch")."""
-        self._release()
-        self._begin(first)
-        t = self.tb.loop.cycle
-        exps = await self._queue_lookups(first, capture=True)
-        await self.drv.ring()
-        pooled = await self._lookup_done(first, exps, t)
+        pooled, _ = await self._start_batch(first, self.data[first - 1], capture=True)
         for b in range(first, last + 1):
             pooled = await self._tcxl_step(b, pooled, last)
 
