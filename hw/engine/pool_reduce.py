@@ -283,18 +283,19 @@ class PoolReduce(wiring.Component):
         results = Signal(width)
         res = ops[result_at]
 
-        # Forwarding. An operation reads its accumulator lines two cycles before they meet
-        # the adder, so it misses the write-backs of the operations issued 3, 4 and 5
-        # cycles before it: their results are taken instead as they leave the adder, or
-        # from one of two registers that keep them for two more cycles (the newest
-        # result of a line wins). Only the two operations issued just before it are
-        # still in the adder when it needs them (``hazard`` below).
+        # Forwarding. An operation reads its accumulator lines ``operand_at - read_at``
+        # (two) cycles before they meet the adder, so it misses the write-backs of the
+        # operations issued add_lat (3) to add_lat + 2 cycles before it: their results
+        # are taken instead as they leave the adder, or from one of as many registers as
+        # that read-ahead that keep them for the cycles after (the newest result of a
+        # line wins). Only the operations issued closer than add_lat before it are still
+        # in the adder when it needs them (``hazard`` below).
         fwd_layout = data.StructLayout({"valid": 1, "addr": addr_bits, "w_mem": mem_bits})
         now = Signal(fwd_layout, name="fwd0")
         m.d.comb += [now.valid.eq(res.valid & res.write), now.addr.eq(res.addr),
                      now.w_mem.eq(res.w_mem)]
         fwd = [(now, results)]
-        for k in (1, 2):
+        for k in range(1, operand_at - read_at + 1):
             meta_k = Signal(fwd_layout, name=f"fwd{k}")
             data_k = Signal(width, name=f"fwd{k}_data", reset_less=True)
             m.d.sync += [meta_k.eq(fwd[-1][0]), data_k.eq(fwd[-1][1])]
