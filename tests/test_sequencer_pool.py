@@ -318,7 +318,10 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                     f"update_overlap {overlapping} ({where})")
                 stats["overlap_pulses"] += overlapping
                 scatter.append([out, False, False, 0])
-            if (s_valid and f["kind"] == DescKind.UPDATE.value and scatter[-1][0] == out
+            # The feed ends an UPDATE only after its status has gone on with OK (the
+            # engine's ``update_finish``); a failed one is never fed.
+            if (s_valid and s_ready and f["kind"] == DescKind.UPDATE.value
+                    and unpack(STATUS, s_p)["status"] == 0 and scatter[-1][0] == out
                     and not scatter[-1][1]):
                 scatter[-1][1:] = [True, False, cycle + rng.randint(0, 20)]
             if r_valid and r_ready:
