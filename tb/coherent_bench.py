@@ -292,16 +292,11 @@ class CoherentDriver(EngineDriver):
 
     def __init__(self, bench: CohBench, *, cq_host: int | None = None,
                  write_back: bool = False, **kw):
-        super().__init__(bench.tb, **kw)
+        super().__init__(bench.tb, cq_host=cq_host,
+                         cq_gpu=bench.gpu if cq_host is not None else None, **kw)
         self.bench = bench
-        self.cq_host = cq_host
         #: Write every put back before returning (the driver contract without HDM_D).
         self.write_back = write_back
-
-    async def setup(self) -> None:
-        await super().setup()
-        if self.cq_host is not None:
-            await self.tb.csr.write64("COH_CQ_HOST_BASE", self.cq_host)
 
     async def put(self, addr: int, data: bytes) -> None:
         assert addr % LINE_BYTES == 0, f"unaligned put at {addr:#x}"
@@ -356,11 +351,6 @@ class CoherentDriver(EngineDriver):
                 f"COH_DCOH_ERR {await b.tb.csr.read('COH_DCOH_ERR'):#x}, ENG_STATUS "
                 f"{await b.tb.csr.read('ENG_STATUS'):#x}, ENG_ERR "
                 f"{await b.tb.csr.read('ENG_ERR'):#x}") from None
-
-    def record_line(self, slot: int) -> bytes:
-        if self.cq_host is None:
-            return super().record_line(slot)
-        return self.bench.gpu.read_bytes(self.cq_host + slot * LINE_BYTES, LINE_BYTES)
 
     def check(self, exp, *, table: bool = True) -> None:
         super().check(exp, table=table)

@@ -177,13 +177,26 @@ class EngineDriver:
         A :class:`HostScratch`: LOOKUP / UPDATE buffers go into GPU memory and
         :meth:`setup` turns ``COH_CTRL.SCRATCH_HOST`` on; None: they go into device
         memory like everything else.
+    cq_host, cq_gpu:
+        The completion records are in GPU memory (``COH_CTRL.CQ_HOST``, which the caller
+        turns on) at byte address ``cq_host`` of ``cq_gpu`` (a
+        :class:`tb.coherent_host.GpuHome`): :meth:`setup` writes
+        ``COH_CQ_HOST_BASE``, the checks read the records there, and :meth:`wait`
+        learns of completions by reading them, as a GPU polls its own memory (each read
+        takes the GPU home's read latency), instead of polling ``ENG_HEAD``. A record
+        there is a completion: the device writes it once the descriptor's writes are
+        durable. Each descriptor's record slot is invalidated when it is queued.
     """
 
     def __init__(self, tb, *, ring_order: int = 4, via_cxl: bool = False,
                  heap_start: int = 0, heap_end: int | None = None,
-                 scratch: HostScratch | None = None):
+                 scratch: HostScratch | None = None, cq_host: int | None = None,
+                 cq_gpu=None):
+        assert (cq_host is None) == (cq_gpu is None), "cq_host needs cq_gpu"
         self.tb = tb
         self.scratch = scratch
+        self.cq_host = cq_host
+        self.cq_gpu = cq_gpu
         self.cfg = tb.config
         self.order = ring_order
         self.via_cxl = via_cxl
@@ -226,6 +239,8 @@ class EngineDriver:
             await csr.write64("COH_SCRATCH_HOST_BASE", self.scratch.base)
             ctrl = await csr.read("COH_CTRL")
             await csr.write("COH_CTRL", ctrl | self.tb.regs["COH_CTRL"].pack(scratch_host=1))
+        if self.cq_host is not None:
+            await csr.write64("COH_CQ_HOST_BASE", self.cq_host)
 
     async def put(self, addr: int, data: bytes) -> None:
         """Make ``data`` (whole lines from a 64-byte aligned ``addr``) durable in device
@@ -411,6 +426,12 @@ class EngineDriver:
         if self.flow_control and self.tail - self.completed >= 1 << self.order:
             await self.run()
         slot = self.tail % (1 << self.order)
+        if self.cq_host is not None:
+            # The GPU invalidates the slot's record (its own write, no link): an old
+            # record there cannot be taken for this descriptor's.
+            stale = _RECORD.pack(seq=~self.tail & 0xFFFF_FFFF)
+            self.cq_gpu.write_bytes(self.cq_host + slot * LINE_BYTES,
+                                    stale.to_bytes(LINE_BYTES, "little"))
         await self.put(self.ring_addr + slot * LINE_BYTES, pack_descriptor(**fields))
         self.pending.append(exp)
         self.tail += 1
@@ -430,7 +451,7 @@ class EngineDriver:
         target = self.tail if upto is None else upto
         assert self.completed <= target <= self.tail, (self.completed, target, self.tail)
         while True:
-            self.head = await self.tb.csr.read("ENG_HEAD")
+            self.head = await self._read_head()
             if (self.head - target) & 0xFFFF_FFFF < 1 << 31:        # head >= target
                 break
             if loop.cycle - start > timeout:
@@ -446,6 +467,18 @@ class EngineDriver:
         self.completed = target
         self.pending = self.pending[len(done):]
 
+    async def _read_head(self) -> int:
+        """The completion head as the driver learns it: ``ENG_HEAD`` over CXL.io, or
+        with the records in GPU memory the number of descriptors up to the first whose
+        record is not there yet, read in one GPU-memory access."""
+        if self.cq_host is None:
+            return await self.tb.csr.read("ENG_HEAD")
+        head = self.completed
+        while head != self.tail and self.record(head)["seq"] == head & 0xFFFF_FFFF:
+            head += 1
+        await self.tb.loop.wait_cycles(self.cq_gpu.home.timing.read_latency)
+        return head
+
     async def run(self, *, timeout: int = 200_000) -> None:
         await self.ring()
         await self.wait(timeout=timeout)
@@ -456,8 +489,10 @@ class EngineDriver:
                                              "little"))
 
     def record_line(self, slot: int) -> bytes:
-        """The completion record in slot ``slot`` as the driver reads it (device memory;
-        a driver with ``COH_CTRL.CQ_HOST`` reads GPU memory instead)."""
+        """The completion record in slot ``slot`` as the driver reads it (device memory,
+        or GPU memory with ``cq_host``)."""
+        if self.cq_host is not None:
+            return self.cq_gpu.read_bytes(self.cq_host + slot * LINE_BYTES, LINE_BYTES)
         return self.image(self.cq_addr + slot * LINE_BYTES, LINE_BYTES)
 
     def check(self, exp: Expect, *, table: bool = True) -> None:

@@ -126,6 +126,41 @@ async def _lookups(bench: CohBench, drv: CoherentDriver, tables, rng, rounds: in
             await after_round(r)
 
 
+class RecordWatch:
+    """A loop agent that finds, in the cycle it lands in GPU memory, each completion record
+    of ``drv`` (records in GPU memory, ``COH_CTRL.CQ_HOST``) and checks that its
+    descriptor's writes are durable by then: a LOOKUP's pooled vectors and an UPDATE's
+    table (one UPDATE per doorbell, so the table is the model's after it) in the PMEM
+    model's image, which holds exactly what has been answered with a B. ``landed``
+    counts the records found."""
+
+    def __init__(self, drv: CoherentDriver):
+        self.drv = drv
+        self.landed = 0
+        self._seen: set[int] = set()
+
+    def sample(self) -> None:
+        drv = self.drv
+        pmem = drv.tb.pmem
+        for exp in drv.pending:
+            if exp.seq in self._seen:
+                continue
+            if drv.record(exp.seq)["seq"] != exp.seq & 0xFFFF_FFFF:
+                return                  # records land in ring order
+            self._seen.add(exp.seq)
+            self.landed += 1
+            if exp.out_image is not None and drv.scratch is None:
+                assert pmem.read(exp.out_addr, len(exp.out_image)) == exp.out_image, (
+                    f"descriptor {exp.seq}: record in GPU memory before its pooled "
+                    "vectors were durable")
+            if exp.kind == DescKind.UPDATE.value and exp.table is not None:
+                t = exp.table
+                assert pmem.read(t.base, t.nbytes) == emb.pack_rows(
+                    exp.table_after, base=t.image0), (
+                    f"descriptor {exp.seq}: record in GPU memory before its rows were "
+                    "durable")
+
+
 # --- tests -----------------------------------------------------------------------------------
 
 @group("lookup")
@@ -455,7 +490,10 @@ async def test_mlp_snapshot_while_gpu_writes(dut, noise):
 async def test_completions_in_gpu_memory(dut, noise):
     """COH_CTRL.CQ_HOST (HDM_D off: the driver writes its lines back before the doorbell):
     completion records go into GPU memory with ItoMWr (the GPU home mixes GO_WritePull
-    with WritePull + GO); each record is checked field by field from GPU memory, LOOKUP
+    with WritePull + GO), and only once the descriptor's writes are durable: the driver
+    learns of completions by reading the records, and :class:`RecordWatch` checks in
+    the cycle each record lands that the LOOKUP's pooled vectors or the UPDATE's rows
+    are durable already. Each record is checked field by field from GPU memory, LOOKUP
     outputs bit for bit and through the GPU's cache, the device-memory CQ stays
     untouched and COH_WR_LINES counts the records."""
     bench = CohBench(dut, "cq_host", noise=noise)
@@ -465,10 +503,14 @@ async def test_completions_in_gpu_memory(dut, noise):
     rng = np.random.default_rng(tb.rng.getrandbits(64))
     drv, tables, _, _ = await _layout(bench, rng, cq_host=gpu_addr(bench.cfg, 0x1000),
                                       write_back=True)
+    watch = tb.loop.add(RecordWatch(drv))
     before = drv.image(drv.cq_addr, LINE_BYTES << drv.order)
     await _lookups(bench, drv, tables, rng, tb.params.get("n_desc", 3))
+    await _updates(drv, tables, rng, 2)
     await drv.plain(DescKind.NOP)
     await drv.run()
+    tb.loop.remove(watch)
+    assert watch.landed == drv.tail, (watch.landed, drv.tail)
     assert drv.image(drv.cq_addr, LINE_BYTES << drv.order) == before, "device CQ written"
     await bench.finish()
     assert bench.counters["COH_WR_LINES"] == drv.tail, bench.counters

@@ -70,7 +70,8 @@ from tb.engine_driver import Batch, HostScratch
 from tb.link import Link
 from tb.pmem import PmemTiming
 
-#: Cycles between polls of ENG_HEAD while the host waits for the engine.
+#: Cycles between polls while the host waits for the engine (of ENG_HEAD, or of the
+#: completion records when they are in GPU memory).
 POLL = 64
 #: Bytes a 64-byte line costs on the link: the data and a 16-byte header slot for the
 #: request and for the response (M2S Req + S2M DRS for a read, M2S RwD + S2M NDR for a
@@ -92,13 +93,12 @@ class TrainDriver(CkptDriver):
     buffers is a test aid and goes through the backdoor (it would otherwise count as link
     traffic no real GPU sends). With scratch buffers in GPU memory (``scratch``) the MLP
     parameters are staged there too and copied with ``COH_CTRL.MLP_SRC_HOST``, and the
-    completion records go there too (``COH_CTRL.CQ_HOST``), where the driver's checks
-    read them."""
+    completion records go there too (``COH_CTRL.CQ_HOST``), where the driver polls and
+    checks them (a GPU-memory read each, no CXL.io round trip)."""
 
     def __init__(self, tb, **kw):
         super().__init__(tb, **kw)
         self.inflight: list = []
-        self.cq_host: int | None = None
         if self.scratch is not None:
             # The GPU's parameters are copied from GPU memory (COH_CTRL.MLP_SRC_HOST):
             # two staging areas right above the scratch window, then the completion
@@ -107,21 +107,15 @@ class TrainDriver(CkptDriver):
             base = self.scratch.base + self.cfg.pmem_size
             stage = -(-self.mlp_bytes // LINE_BYTES) * LINE_BYTES
             self.staging = [base, base + stage]
-            self.cq_host = base + 2 * stage
+            self.cq_host, self.cq_gpu = base + 2 * stage, self.scratch.gpu
 
     async def setup(self) -> None:
         await super().setup()
         if self.scratch is not None:
             csr = self.tb.csr
-            await csr.write64("COH_CQ_HOST_BASE", self.cq_host)
             ctrl = await csr.read("COH_CTRL")
             await csr.write("COH_CTRL", ctrl | self.tb.regs["COH_CTRL"].pack(
                 mlp_src_host=1, cq_host=1))
-
-    def record_line(self, slot: int) -> bytes:
-        if self.cq_host is None:
-            return super().record_line(slot)
-        return self.scratch.gpu.read_bytes(self.cq_host + slot * LINE_BYTES, LINE_BYTES)
 
     async def stage(self, src: int, params: bytes) -> None:
         """In GPU memory when the scratch buffers are (the GPU's own write, no link)."""

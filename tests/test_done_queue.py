@@ -6,8 +6,9 @@ Entries with targets just ahead of, at and behind the counts (and past the count
 wrap) are offered with random idle cycles while the B and host-answer counts advance
 at random; every cycle ``i_entry.ready`` must be the queue's room, ``complete`` must
 pulse exactly when the oldest entry's two targets are reached (never earlier than two
-cycles after it was taken), with its ``status``, ``seq`` and ``kind``, and ``head``
-must count. Seeds are printed; ``SEED=<n>`` replays one.
+cycles after it was taken) and ``advance`` (driven at random) is high, with its
+``status``, ``seq`` and ``kind``, ``reached`` whenever the targets are reached, and
+``head`` must count. Seeds are printed; ``SEED=<n>`` replays one.
 """
 
 from __future__ import annotations
@@ -48,8 +49,12 @@ def test_in_order(seed):
                 ctx.set(dut.i_entry.payload, offered)
             ctx.set(dut.b_count, b)
             ctx.set(dut.hb_count, hb)
-            _, _, ready, complete, status, seq, kind, head_out = await ctx.tick().sample(
-                dut.i_entry.ready, dut.complete, dut.status, dut.seq, dut.kind, dut.head)
+            advance = rng.random() < 0.7
+            ctx.set(dut.advance, advance)
+            (_, _, ready, complete, got_reached, status, seq, kind,
+             head_out) = await ctx.tick().sample(
+                dut.i_entry.ready, dut.complete, dut.reached, dut.status, dut.seq,
+                dut.kind, dut.head)
             assert head_out == head
             room = len(queue) < DONE_DEPTH
             assert ready == room, f"cycle {cycle}: ready {ready}, {len(queue)} entries"
@@ -59,7 +64,8 @@ def test_in_order(seed):
                 want = reached(b, e["target"]) and reached(hb, e["host_target"])
             else:
                 want = False
-            assert complete == want, f"cycle {cycle}"
+            assert got_reached == want, f"cycle {cycle}: reached"
+            assert complete == (want and advance), f"cycle {cycle}"
             if complete:
                 assert (status, seq, kind) == (e["status"], e["seq"], e["kind"])
                 done.append(queue.pop(0))

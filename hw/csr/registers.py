@@ -803,7 +803,9 @@ def _coherence_registers() -> Iterable[Register]:
                 Field("MLP_SRC_HOST", 1, 1, "MLP_CHECKPOINT copies GPU memory (its data_addr "
                       "is a host byte address) with CXL.cache RdCurr."),
                 Field("CQ_HOST", 2, 1, "Completion records go to GPU memory at COH_CQ_HOST_BASE "
-                      "with CXL.cache ItoMWr instead of device memory at ENG_CQ_BASE."),
+                      "with CXL.cache ItoMWr instead of device memory at ENG_CQ_BASE, each "
+                      "once its descriptor's writes are durable (a record there is a "
+                      "completion)."),
                 Field("SCRATCH_HOST", 3, 1, "LOOKUP / UPDATE buffer addresses (indices, "
                       "offsets, weights, gradients, pooled output) are offsets into the "
                       "GPU-memory scratch window at COH_SCRATCH_HOST_BASE: read with "

@@ -3,6 +3,7 @@ record, in ring order, and advances the completion head once both are durable.""
 
 from amaranth.hdl import C, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from hw.bus.axi import AXI4Signature
@@ -13,7 +14,7 @@ from hw.cxl.messages import LINE_ADDR_BITS
 from .bag_sequencer import STATUS
 from .desc_fetch import RING_ORDER_MAX, slot_mask
 from .descriptor import ADDR_BITS, Status
-from .done_queue import DoneQueue
+from .done_queue import DONE_DEPTH, DoneQueue
 from .line_writer import COUNT_BITS, LineWriter
 from .pool_reduce import POOLED
 from .pooled_mask import PooledMask
@@ -58,6 +59,10 @@ RECORD = data.StructLayout({
     "rsvd2": LINE_BITS - 288,
 })
 
+
+#: The bits of :data:`RECORD` below ``rsvd2`` (the rest is zero), as records wait for
+#: their turn to go into GPU memory.
+_RECORD_BITS = RECORD["rsvd2"].offset
 
 #: Byte address of the checkpoint commit word (superblock line 1, bytes 0..7).
 _COMMIT_WORD_ADDR = 64
@@ -105,17 +110,26 @@ class Completion(wiring.Component):
 
     With ``cq_host`` (``COH_CTRL.CQ_HOST``) the record goes instead to GPU memory, line
     ``cq_host_line + slot``, as a write request on ``o_rec`` (the CXL.cache agent's
-    ItoMWr, answered on ``i_rec`` in request order). The descriptor then completes once
-    the B count has reached its last PMEM write *and* the answer count has reached its
-    record: the two paths answer independently, so each has its own count. A record or
-    pooled line answered with ``error`` completes the descriptor all the same (the agent
-    flags WRITE_ERROR). ``cq_host`` and ``scratch_host`` may change only while the stage
-    is idle.
+    ItoMWr, answered on ``i_rec`` in request order), and only once the descriptor's
+    writes are done: the B count has reached its last PMEM write (durable) and the
+    answer count its last pooled line in GPU memory. A record in GPU memory is therefore
+    a completion, and the GPU may poll its own memory for it instead of ``ENG_HEAD``
+    (its data follows the pooled lines' data on the same channel, so the GPU sees them
+    first). The descriptor completes (``head``, ``complete``) once the record's own
+    write is answered. The two paths answer independently, so each has its own count.
+    Records are written in ring order; the record of a later descriptor waits for an
+    earlier one's. A record or pooled line answered with ``error`` completes the
+    descriptor all the same (the agent flags WRITE_ERROR). ``cq_host`` and
+    ``scratch_host`` may change only while the stage is idle.
 
     **Structure.** An FSM (``IDLE``, ``WAIT``, ``COMMIT``, ``REC``) takes the entries
     and builds the records; :class:`~.pooled_mask.PooledMask` zeroes the pooled lines'
     padding, :class:`~.line_writer.LineWriter` makes and counts every PMEM write, and
-    :class:`~.done_queue.DoneQueue` completes the descriptors in order.
+    :class:`~.done_queue.DoneQueue` completes the descriptors in order. With
+    ``cq_host`` a record waits in a FIFO beside its ``DoneQueue`` entry until the entry's
+    writes are done, is then written into GPU memory (before any pooled line waiting in
+    the same cycle), and its entry moves to a second ``DoneQueue`` that completes it
+    when the record's answer arrives; up to ``DONE_DEPTH`` descriptors wait in each.
     """
 
     def __init__(self, *, addr_width: int, id_width: int):
@@ -152,6 +166,9 @@ class Completion(wiring.Component):
         m.submodules.mask = mask = PooledMask()
         m.submodules.writer = writer = LineWriter(addr_width=aw, id_width=self._id_width)
         m.submodules.done_q = done_q = DoneQueue()
+        # cq_host: records waiting for their descriptor's writes, then for their answer.
+        m.submodules.rec_q = rec_q = SyncFIFOBuffered(width=_RECORD_BITS, depth=DONE_DEPTH)
+        m.submodules.answer_q = answer_q = DoneQueue()
         wiring.connect(m, wiring.flipped(self.i_pooled), mask.i_line)
         wiring.connect(m, writer.pmem, wiring.flipped(self.pmem))
         info = Signal(INFO)
@@ -187,9 +204,9 @@ class Completion(wiring.Component):
             record.rows_written.eq(rows_written),
             record.updates.eq(updates),
         ]
+        slots = slot_mask(m, self.ring_order, "cq_mask")
         slot = Signal(RING_ORDER_MAX)
-        m.d.comb += slot.eq(info.seq[:RING_ORDER_MAX] & slot_mask(m, self.ring_order,
-                                                                   "cq_mask"))
+        m.d.comb += slot.eq(info.seq[:RING_ORDER_MAX] & slots)
         rec_addr = Signal(aw)
         m.d.comb += rec_addr.eq((self.cq_base & ~C(0x3F, aw)) + (slot << _LINE_SHIFT))
         entry = done_q.i_entry.p
@@ -198,7 +215,7 @@ class Completion(wiring.Component):
             done_q.hb_count.eq(hb_count),
             entry.target.eq(Mux(self.cq_host, writer.w_count,   # B count once every
                                 writer.w_count + 1)),           # write's B (the record's)
-            entry.host_target.eq(Mux(self.cq_host, hw_count + 1, hw_count)),
+            entry.host_target.eq(hw_count),
             entry.status.eq(final),
             entry.seq.eq(info.seq),
             entry.kind.eq(info.kind),
@@ -209,6 +226,33 @@ class Completion(wiring.Component):
         def write(addr, line, strb):
             m.d.comb += [wr.valid.eq(1), wr.p.addr.eq(addr), wr.p.data.eq(line),
                          wr.p.strb.eq(strb)]
+
+        # cq_host: once a descriptor's writes are done, its record goes into GPU memory
+        # (taking o_rec from the pooled lines for the cycle) and its entry waits for the
+        # record's answer in answer_q.
+        queued = Signal(RECORD)
+        m.d.comb += queued.eq(rec_q.r_data)
+        rec_go = Signal()
+        m.d.comb += [
+            rec_go.eq(self.cq_host & done_q.reached & rec_q.r_rdy & answer_q.i_entry.ready
+                      & (~rec.valid | rec.ready)),
+            done_q.advance.eq(~self.cq_host | rec_go),
+            rec_q.r_en.eq(rec_go),
+            answer_q.b_count.eq(writer.b_count),
+            answer_q.hb_count.eq(hb_count),
+            answer_q.i_entry.valid.eq(rec_go),
+            answer_q.i_entry.p.target.eq(writer.b_count),           # reached already
+            answer_q.i_entry.p.host_target.eq(hw_count + 1),        # the record's answer
+            answer_q.i_entry.p.status.eq(done_q.status),
+            answer_q.i_entry.p.seq.eq(done_q.seq),
+            answer_q.i_entry.p.kind.eq(done_q.kind),
+        ]
+        with m.If(rec_go):
+            m.d.sync += [rec.valid.eq(1),
+                         rec.p.address.eq(self.cq_host_line
+                                          + (queued.seq[:RING_ORDER_MAX] & slots)),
+                         rec.p.data.eq(queued), rec.p.tag.eq(0),
+                         hw_count.eq(hw_count + 1)]
 
         ones = (1 << (LINE_BITS // 8)) - 1
         st, pooled, new = self.i_status, mask.o_line, self.i_info.payload
@@ -244,7 +288,7 @@ class Completion(wiring.Component):
                             m.next = "REC"
                         with m.Elif(more & self.scratch_host):
                             # into GPU memory: a write request on o_rec, counted there
-                            m.d.comb += pooled.ready.eq(~rec.valid | rec.ready)
+                            m.d.comb += pooled.ready.eq((~rec.valid | rec.ready) & ~rec_go)
                             with m.If(pooled.valid & pooled.ready):
                                 m.d.sync += [
                                     rec.valid.eq(1),
@@ -274,12 +318,11 @@ class Completion(wiring.Component):
                     m.next = "REC"
             with m.State("REC"):
                 with m.If(self.cq_host):
-                    m.d.comb += done_q.i_entry.valid.eq(~rec.valid | rec.ready)
+                    # The record waits beside its entry until the writes are done.
+                    m.d.comb += [done_q.i_entry.valid.eq(rec_q.w_rdy),
+                                 rec_q.w_en.eq(done_q.i_entry.ready),
+                                 rec_q.w_data.eq(record.as_value()[:_RECORD_BITS])]
                     with m.If(done_q.i_entry.valid & done_q.i_entry.ready):
-                        m.d.sync += [rec.valid.eq(1),
-                                     rec.p.address.eq(self.cq_host_line + slot),
-                                     rec.p.data.eq(record), rec.p.tag.eq(0),
-                                     hw_count.eq(hw_count + 1)]
                         m.next = "IDLE"
                 with m.Else():
                     # The record is the descriptor's last write; all writes use one AXI
@@ -293,13 +336,14 @@ class Completion(wiring.Component):
                         m.next = "IDLE"
 
         m.d.comb += [
-            self.complete.eq(done_q.complete),
-            self.status.eq(done_q.status),
-            self.seq.eq(done_q.seq),
-            self.kind.eq(done_q.kind),
-            self.head.eq(done_q.head),
+            self.complete.eq(Mux(self.cq_host, answer_q.complete, done_q.complete)),
+            self.status.eq(Mux(self.cq_host, answer_q.status, done_q.status)),
+            self.seq.eq(Mux(self.cq_host, answer_q.seq, done_q.seq)),
+            self.kind.eq(Mux(self.cq_host, answer_q.kind, done_q.kind)),
             self.resp_error.eq(writer.resp_error),
-            self.busy.eq(~fsm.ongoing("IDLE") | done_q.pending
+            self.busy.eq(~fsm.ongoing("IDLE") | done_q.pending | answer_q.pending
                          | (writer.w_count != writer.b_count) | (hw_count != hb_count)),
         ]
+        with m.If(self.complete):
+            m.d.sync += self.head.eq(self.head + 1)
         return m
