@@ -286,7 +286,8 @@ def test_contract_offsets_and_ports():
         "ERR_ADDR_LO": 0x204, "ERR_ADDR_HI": 0x208, "ERR_INFO": 0x20C, "PERF_CTRL": 0x300,
         "PERF_CYCLES_LO": 0x310, "PERF_CYCLES_HI": 0x314, "PERF_READS_LO": 0x318,
         "PERF_READS_HI": 0x31C, "PERF_WRITES_LO": 0x320, "PERF_WRITES_HI": 0x324,
-        "PERF_BUSY_LO": 0x328, "PERF_BUSY_HI": 0x32C,
+        "PERF_BUSY_LO": 0x328, "PERF_BUSY_HI": 0x32C, "LINK_TX_BYTES_LO": 0x330,
+        "LINK_RX_BYTES_LO": 0x338, "LINK_RX_BYTES_HI": 0x33C,
         "ENG_RING_BASE_LO": 0x400, "ENG_RING_BASE_HI": 0x404, "ENG_RING_ORDER": 0x408,
         "ENG_CQ_BASE_LO": 0x410, "ENG_CQ_BASE_HI": 0x414, "ENG_TAIL": 0x420,
         "ENG_HEAD": 0x424, "ENG_STATUS": 0x428, "ENG_ERR": 0x430, "ENG_ERR_SEQ": 0x434,
@@ -295,6 +296,10 @@ def test_contract_offsets_and_ports():
         "ENG_UPD_ITEMS_LO": 0x4A0, "ENG_BUSY_LO": 0x4A8, "ENG_BUSY_HI": 0x4AC,
         "ENG_UPD_OVERLAPS_LO": 0x4B0, "ENG_PMEM_RD_LINES_LO": 0x4B8,
         "ENG_PMEM_WR_LINES_LO": 0x4C0, "ENG_PMEM_WR_LINES_HI": 0x4C4,
+        "ENG_UPD_DISTINCT_ROWS_LO": 0x4C8, "ENG_PMEM_RD_LOOKUP_LO": 0x440,
+        "ENG_PMEM_RD_UPDATE_LO": 0x448, "ENG_PMEM_RD_CKPT_LO": 0x450,
+        "ENG_PMEM_RD_OTHER_LO": 0x458, "ENG_PMEM_WR_UPDATE_LO": 0x460,
+        "ENG_PMEM_WR_CKPT_LO": 0x468, "ENG_PMEM_WR_OTHER_LO": 0x470,
         "COH_CTRL": 0x600, "COH_FLIP": 0x604, "COH_FLIP_FIRST": 0x608,
         "COH_FLIP_PAGES": 0x60C, "COH_FLIP_STATUS": 0x610, "COH_DCOH_ERR": 0x620,
         "COH_DCOH_ERR_INFO": 0x624, "COH_DCOH_ERR_ADDR_LO": 0x628,
@@ -319,6 +324,7 @@ def test_contract_offsets_and_ports():
         "perf_ctrl": ("out", 1),
         "perf_cycles_inc": ("in", 1), "perf_reads_inc": ("in", 1),
         "perf_writes_inc": ("in", 1), "perf_busy_inc": ("in", 1),
+        "link_tx_bytes_inc": ("in", 8), "link_rx_bytes_inc": ("in", 8),
         "eng_ring_base_lo": ("out", 32), "eng_ring_base_hi": ("out", 16),
         "eng_ring_order": ("out", 5), "eng_cq_base_lo": ("out", 32),
         "eng_cq_base_hi": ("out", 16), "eng_tail": ("out", 32), "eng_head": ("in", 32),
@@ -329,7 +335,10 @@ def test_contract_offsets_and_ports():
         "eng_bags_pooled_inc": ("in", 1), "eng_upd_lines_written_inc": ("in", 1),
         "eng_upd_items_inc": ("in", 1), "eng_busy_inc": ("in", 1),
         "eng_upd_overlaps_inc": ("in", 1), "eng_pmem_rd_lines_inc": ("in", 1),
-        "eng_pmem_wr_lines_inc": ("in", 1),
+        "eng_pmem_wr_lines_inc": ("in", 1), "eng_upd_distinct_rows_inc": ("in", 32),
+        **{f"eng_pmem_{k}_inc": ("in", 1) for k in (
+            "rd_lookup", "rd_update", "rd_ckpt", "rd_other", "wr_update", "wr_ckpt",
+            "wr_other")},
         "ck_cmd": ("out", 1), "ck_status": ("in", 15), "ck_committed": ("in", 32),
         "ck_epoch": ("in", 16), "ck_rolled_back": ("in", 32), "ck_mlp_slot": ("in", 2),
         "ck_mlp_batch": ("in", 32), "ck_mlp_k": ("out", 16), "ck_log_seq": ("in", 32),
@@ -530,7 +539,7 @@ def test_register_field_values_and_pack():
 def test_unmapped_and_misaligned_give_slverr(rng, preset):
     tb = TB(rng, preset)
     top = (1 << tb.config.csr_addr_width) - 4
-    unmapped = [0x008, 0x03C, 0x0FC, 0x110, 0x184, 0x210, 0x304, 0x330, 0x40C, 0x4C8,
+    unmapped = [0x008, 0x03C, 0x0FC, 0x110, 0x184, 0x210, 0x304, 0x340, 0x40C, 0x4D0,
                 0x528, 0x5A0, 0x614, 0x6A8, 0x700, top]
     misaligned = [tb.map.offset("HDM_BASE_LO") + 1, tb.map.offset("HDM_BASE_LO") + 2,
                   tb.map.offset("ID") + 3, tb.map.offset("HDM_SIZE_HI") + 2]

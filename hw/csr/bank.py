@@ -219,8 +219,8 @@ class CsrBank(wiring.Component):
                 lo, hi = reg.words
                 with m.If(pulse_bit0[reg.clear_by]):
                     m.d.sync += count.eq(0)
-                with m.Elif(bits(f"{port}_inc")):
-                    m.d.sync += count.eq(count + 1)
+                with m.Elif(bits(f"{port}_inc").any()):
+                    m.d.sync += count.eq(count + bits(f"{port}_inc"))
                 # A _LO read takes its snapshot even when a clear hits the same cycle, so
                 # the _HI read that follows matches the _LO value software got.
                 with m.If(rd_word[lo.name]):

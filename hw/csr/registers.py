@@ -99,7 +99,8 @@ KIND_DOCS: Mapping[Kind, tuple[str, str]] = {
                      "snapshots the upper half for the next `_HI` read. Bit 0 of the "
                      "PULSE register `clear_by` written 1 clears it (clear wins over an "
                      "increment).",
-                     "`<name>_inc`: In(1), count one per cycle it is high"),
+                     "`<name>_inc`: In(step_width), added every cycle (step_width 1: count "
+                     "one per cycle it is high)"),
 }
 
 
@@ -204,6 +205,9 @@ class Register:
     clear_by:
         ``COUNTER64`` only (required): name of the ``PULSE`` register whose bit 0,
         written 1, clears the counter.
+    step_width:
+        ``COUNTER64`` only: width of the ``_inc`` port, whose value is added every cycle
+        (default 1: an event counter; wider for counts of bytes).
     armed_by:
         ``CAPTURE`` only (optional): name of a ``W1C`` register; the capture happens only
         while that register is all-zero (after this cycle's software clear, before this
@@ -226,6 +230,7 @@ class Register:
     writable_mask: int | None = None
     clear_by: str | None = None
     armed_by: str | None = None
+    step_width: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "fields", tuple(self.fields))
@@ -253,6 +258,11 @@ class Register:
                                  f"not {self.width!r}")
             if self.clear_by is not None:
                 raise ValueError(f"register {name}: clear_by applies to COUNTER64 registers only")
+            if self.step_width != 1:
+                raise ValueError(f"register {name}: step_width applies to COUNTER64 registers only")
+        if not isinstance(self.step_width, int) or not 1 <= self.step_width <= DATA_WIDTH:
+            raise ValueError(f"register {name}: step_width must be between 1 and {DATA_WIDTH}, "
+                             f"not {self.step_width!r}")
         if not isinstance(self.reset, int) or not 0 <= self.reset < (1 << self.width):
             raise ValueError(f"register {name}: reset {self.reset!r} does not fit in "
                              f"{self.width} bits")
@@ -352,7 +362,7 @@ class Register:
             Kind.W1C: (Port(f"{p}_set", "in", w, 0, lay), Port(p, "out", w, self.reset, lay)),
             Kind.CAPTURE: (Port(f"{p}_value", "in", w, 0, lay), Port(f"{p}_capture", "in", 1)),
             Kind.PULSE: (Port(p, "out", w, 0, lay),),
-            Kind.COUNTER64: (Port(f"{p}_inc", "in", 1),),
+            Kind.COUNTER64: (Port(f"{p}_inc", "in", self.step_width),),
         }[self.kind]
 
     def field(self, name: str) -> Field:
@@ -628,8 +638,24 @@ def _perf_registers() -> Iterable[Register]:
     for name, offset, doc in counters:
         yield Register(name, offset, Kind.COUNTER64, clear_by="PERF_CTRL",
                        doc=doc)
+    # Link bytes as the bench's link model counts them: a 16-byte header slot per
+    # message and 64 more for a line of data; CXL.io (CSR) accesses not counted.
+    for name, offset, doc in (
+            ("LINK_TX_BYTES", 0x330, "Link bytes the device sent: S2M NDR / DRS (CXL.mem) "
+             "and D2H Req / Rsp / Data (CXL.cache), 16 per message and 64 more per data "
+             "line."),
+            ("LINK_RX_BYTES", 0x338, "Link bytes the device took: M2S Req / RwD (CXL.mem) "
+             "and H2D Req / Rsp / Data (CXL.cache), 16 per message and 64 more per data "
+             "line.")):
+        yield Register(name, offset, Kind.COUNTER64, clear_by="PERF_CTRL", doc=doc,
+                       step_width=LINK_STEP_BITS)
 
 
+#: Link bytes of a message's header slot and of a data line (LINK_TX_BYTES /
+#: LINK_RX_BYTES; ``tb/coherent_host.py``'s ``_message_bytes``).
+LINK_HEADER_BYTES, LINK_DATA_BYTES = 16, 64
+#: Width of the link byte counters' increment: five messages a cycle, two with data.
+LINK_STEP_BITS = (5 * LINK_HEADER_BYTES + 2 * LINK_DATA_BYTES).bit_length()
 #: Width of the device byte addresses the engine registers hold (descriptor addresses).
 _ENG_ADDR_BITS = 48
 #: Largest ring order (2**16 descriptors).
@@ -711,6 +737,30 @@ def _engine_registers() -> Iterable[Register]:
          "and completion records there, recovery)."),
     )
     for name, offset, doc in counters:
+        yield Register(name, offset, Kind.COUNTER64, clear_by="PERF_CTRL", doc=doc)
+    yield Register(
+        "ENG_UPD_DISTINCT_ROWS", 0x4C8, Kind.COUNTER64, clear_by="PERF_CTRL", step_width=32,
+        doc="Distinct rows written by UPDATEs: the sum of their completion records' "
+            "rows_written.")
+    # ENG_PMEM_{RD,WR}_LINES split by the engine manager that moved the line
+    # (docs/embedding.md, "Counters"): the kinds sum to the totals.
+    for offset, name, doc in (
+            (0x440, "ENG_PMEM_RD_LOOKUP", "Lines of ENG_PMEM_RD_LINES read by the gather: "
+             "table rows of LOOKUPs."),
+            (0x448, "ENG_PMEM_RD_UPDATE", "Lines of ENG_PMEM_RD_LINES read by the gradient "
+             "feed and the scatter: an UPDATE's gradients (in device memory) and its "
+             "distinct rows."),
+            (0x450, "ENG_PMEM_RD_CKPT", "Lines of ENG_PMEM_RD_LINES read by the undo logger, "
+             "the MLP copier (MLP_CHECKPOINT from device memory) and recovery."),
+            (0x458, "ENG_PMEM_RD_OTHER", "Lines of ENG_PMEM_RD_LINES read by the descriptor "
+             "fetch and the sequencers (LOOKUP / UPDATE indices, offsets, weights in device "
+             "memory)."),
+            (0x460, "ENG_PMEM_WR_UPDATE", "Lines of ENG_PMEM_WR_LINES written by the scatter: "
+             "an UPDATE's distinct rows."),
+            (0x468, "ENG_PMEM_WR_CKPT", "Lines of ENG_PMEM_WR_LINES written by the undo "
+             "logger (records, commit word), the MLP copier and recovery."),
+            (0x470, "ENG_PMEM_WR_OTHER", "Lines of ENG_PMEM_WR_LINES written by the completion: "
+             "pooled vectors and completion records in device memory.")):
         yield Register(name, offset, Kind.COUNTER64, clear_by="PERF_CTRL", doc=doc)
 
 
