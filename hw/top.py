@@ -23,6 +23,7 @@ from .bus.axi import AXI4LiteSignature, AXI4Signature
 from .bus.axi_arbiter import AxiArbiter
 from .config import HDM_GRANULE, DeviceConfig
 from .csr.bank import CsrBank
+from .csr.registers import LINK_DATA_BYTES, LINK_HEADER_BYTES
 from .cxl.cache_agent import CacheAgent
 from .cxl.dcoh import Dcoh
 from .cxl.dcoh_gate import DcohGate
@@ -42,7 +43,7 @@ from .cxl.messages import (
     M2SRwD,
 )
 from .engine.buffer_reader import BURST as BAG_BURST_LINES
-from .engine.engine import Engine
+from .engine.engine import PMEM_KIND_COUNTERS, Engine
 
 __all__ = ["DCOH_CQID_BASE", "PMEM_REGISTER_RESPONSES", "Device"]
 
@@ -187,6 +188,7 @@ class Device(wiring.Component):
         self._engine_registers(m, regs, engine)
 
         self._coherence(m, regs, dcoh, agent, engine, router, gate)
+        self._link_bytes(m, regs)
         return m
 
     def _endpoint_registers(self, m: Module, regs, endpoint, router, dcoh) -> None:
@@ -259,6 +261,9 @@ class Device(wiring.Component):
             regs.eng_pmem_rd_lines_inc.eq(engine.ev_pmem_rd_line),
             regs.eng_pmem_wr_lines_inc.eq(engine.ev_pmem_wr_line),
             regs.eng_busy_inc.eq(engine.ev_busy),
+            regs.eng_upd_distinct_rows_inc.eq(engine.ev_upd_rows),
+            *(getattr(regs, f"eng_pmem_{d}_{kind}_inc").eq(getattr(engine, f"ev_pmem_{d}_{kind}"))
+              for d, kind in PMEM_KIND_COUNTERS),
         ]
 
         # Checkpoint logger and recovery (docs/checkpoint.md).
@@ -357,3 +362,18 @@ class Device(wiring.Component):
             regs.coh_rd_lines_inc.eq(agent.o_rd.valid & agent.o_rd.ready),
             regs.coh_wr_lines_inc.eq(agent.o_wr.valid & agent.o_wr.ready),
         ]
+
+    def _link_bytes(self, m: Module, regs) -> None:
+        """LINK_TX_BYTES / LINK_RX_BYTES: the CXL.mem and CXL.cache messages crossing
+        the device's ports, each a 16-byte header slot and a data line 64 bytes more
+        (the bench's link model, ``tb/coherent_host.py``)."""
+        for name, ports in (
+                ("tx", ((self.o_s2m_ndr, 0), (self.o_s2m_drs, 1), (self.o_d2h_req, 0),
+                        (self.o_d2h_rsp, 0), (self.o_d2h_data, 1))),
+                ("rx", ((self.i_m2s_req, 0), (self.i_m2s_rwd, 1), (self.i_h2d_req, 0),
+                        (self.i_h2d_rsp, 0), (self.i_h2d_data, 1)))):
+            inc = getattr(regs, f"link_{name}_bytes_inc")
+            terms = [Mux(port.valid & port.ready, LINK_HEADER_BYTES + data * LINK_DATA_BYTES, 0)
+                     for port, data in ports]
+            total = Signal(len(inc), name=f"link_{name}_bytes")
+            m.d.comb += [total.eq(sum(terms)), inc.eq(total)]

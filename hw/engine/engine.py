@@ -37,6 +37,21 @@ __all__ = ["Engine"]
 _MANAGERS = ("gather", "sequencer", "completion", "fetch", "grad", "scatter", "recovery",
              "background")
 _PRIORITY = {"background": 1}
+#: What each manager's PMEM lines serve, for the per-kind counters (``docs/registers.md``,
+#: ENG_PMEM_RD_* / ENG_PMEM_WR_*): a manager's R and W beats are all of one kind. The
+#: sequencers (indices, offsets, weights of LOOKUPs and UPDATEs) and the completion
+#: (pooled vectors, completion records) serve both kinds of descriptor: "other".
+PMEM_KINDS = ("lookup", "update", "ckpt", "other")
+#: ``(direction, kind)`` of the per-kind counters: the gather (the only "lookup"
+#: manager) never writes.
+PMEM_KIND_COUNTERS = tuple((d, kind) for d in ("rd", "wr") for kind in PMEM_KINDS
+                           if (d, kind) != ("wr", "lookup"))
+#: Their CSRs (ENG_PMEM_RD_LOOKUP, ...), by report key (``"rd_lookup"``, ...).
+PMEM_KIND_CSRS = {f"{d}_{kind}": f"ENG_PMEM_{d}_{kind}".upper()
+                  for d, kind in PMEM_KIND_COUNTERS}
+_MANAGER_KIND = {"gather": "lookup", "sequencer": "other", "completion": "other",
+                 "fetch": "other", "grad": "update", "scatter": "update",
+                 "recovery": "ckpt", "background": "ckpt"}
 #: Descriptors dispatched and not yet completed that the completion queue holds.
 _QUEUE = 8
 #: Rows an UPDATE's gradient feed may lag the gather by (the fork's FIFO).
@@ -135,6 +150,13 @@ class Engine(wiring.Component):
     ev_desc_done, ev_line_gathered, ev_bag_pooled, ev_upd_line_written,
     ev_upd_item, ev_busy, ev_upd_overlap, ev_pmem_rd_line, ev_pmem_wr_line : ``Out(1)``
         Counter increments.
+    ev_pmem_rd_lookup, ev_pmem_rd_update, ev_pmem_rd_ckpt, ev_pmem_rd_other,
+    ev_pmem_wr_update, ev_pmem_wr_ckpt, ev_pmem_wr_other : ``Out(1)``
+        An R (W) beat taken (given) on the PMEM arbiter's port of a manager of that kind
+        (``PMEM_KINDS``): each R / W beat of ``pmem`` is counted in exactly one of them.
+    ev_upd_rows : ``Out(32)``
+        ``rows_written`` of an UPDATE's result as the scatter hands it to the completion
+        (the record's ``rows_written``: distinct rows written), else 0.
     """
 
     def __init__(self, *, config: DeviceConfig):
@@ -176,6 +198,8 @@ class Engine(wiring.Component):
             "ev_upd_overlap": Out(1),
             "ev_pmem_rd_line": Out(1),
             "ev_pmem_wr_line": Out(1),
+            **{f"ev_pmem_{d}_{kind}": Out(1) for d, kind in PMEM_KIND_COUNTERS},
+            "ev_upd_rows": Out(32),
             # checkpoint (docs/checkpoint.md)
             "ck_recover": In(1),
             "ck_busy": Out(1),
@@ -363,6 +387,12 @@ class Engine(wiring.Component):
         for i, name in enumerate(_MANAGERS):
             wiring.connect(m, ports[name], getattr(arbiter, f"m{i}"))
         wiring.connect(m, arbiter.sub, wiring.flipped(self.pmem))
+        # Per-kind line counts: every beat of ``pmem`` passes exactly one manager port.
+        beat = {"rd": lambda p: p.rvalid & p.rready, "wr": lambda p: p.wvalid & p.wready}
+        for d, kind in PMEM_KIND_COUNTERS:
+            beats = [beat[d](getattr(arbiter, f"m{i}")) for i, name in enumerate(_MANAGERS)
+                     if _MANAGER_KIND[name] == kind]
+            m.d.comb += getattr(self, f"ev_pmem_{d}_{kind}").eq(Cat(*beats).any())
 
     @staticmethod
     def _control_update(m: Module, seqs, fork, *, grad, scatter) -> None:
@@ -422,6 +452,8 @@ class Engine(wiring.Component):
             self.ev_upd_overlap.eq(seqs.update_overlap),
             self.ev_pmem_rd_line.eq(axi.rvalid & axi.rready),
             self.ev_pmem_wr_line.eq(axi.wvalid & axi.wready),
+            self.ev_upd_rows.eq(Mux(scatter.o_done.valid & scatter.o_done.ready,
+                                    scatter.o_done.payload.rows_written, 0)),
         ]
 
     def _report_checkpoint(self, m: Module, *, recovery, ckpt, logger, copier,
