@@ -18,6 +18,7 @@ import cocotb
 import numpy as np
 
 from hw.engine.descriptor import DescKind, PoolMode, Status
+from hw.engine.engine import PMEM_KIND_CSRS
 from sim import embedding as emb
 from sim.embedding import BF16, FP32, LINE_BYTES
 from tb.device_tb import DeviceTB
@@ -239,8 +240,10 @@ async def test_engine_counters_and_status(dut):
     no UPDATE follows an UPDATE, then at most the UPDATEs that follow one of another
     table; ENG_PMEM_RD_LINES and ENG_PMEM_WR_LINES equal to the lines the PMEM model
     served (the driver uses its backdoor, so the engine is the model's only user);
-    ENG_STATUS.INIT set until the UPDATE hash table is cleared (update_acc_rows cycles
-    after reset); ENG_STATUS idle at the end."""
+    ENG_UPD_DISTINCT_ROWS the sum of the UPDATEs' rows_written; the per-kind
+    ENG_PMEM_RD_* / ENG_PMEM_WR_* against the workload's rows, gradients and distinct
+    rows, summing to the totals; ENG_STATUS.INIT set until the UPDATE hash table is
+    cleared (update_acc_rows cycles after reset); ENG_STATUS idle at the end."""
     async def init_clears(tb):
         clear = tb.config.update_acc_rows
         status = await tb.csr.read_fields("ENG_STATUS")
@@ -259,7 +262,7 @@ async def test_engine_counters_and_status(dut):
     dim = _dims(tb)[2]
     table = await drv.add_table(rng=rng, data=random_table(rng, 48, dim, FP32))
     lpr = emb.lines_per_row(dim, FP32)
-    lines = bags = items = written = 0
+    lines = bags = items = written = distinct = glines = 0
     for _ in range(3):
         batch = _random_batch(rng, table.rows, 5, pooling=4, padding=True, zipf=1.05)
         grads = rng.standard_normal((batch.num_bags, dim)).astype(np.float32)
@@ -270,6 +273,8 @@ async def test_engine_counters_and_status(dut):
         bags += batch.num_bags
         items += counted * lpr
         written += exp.rows_written * lpr
+        distinct += exp.rows_written
+        glines += batch.num_bags * lpr
     await drv.run()
     assert await tb.csr.read64("ENG_UPD_OVERLAPS") == 0, "an UPDATE overlapped a LOOKUP"
     # UPDATEs back to back, of two tables in turn (each may overlap the one before).
@@ -280,14 +285,26 @@ async def test_engine_counters_and_status(dut):
         exp = await drv.update(t, batch, grads)
         items += len(batch.counted_rows()) * lpr
         written += exp.rows_written * lpr
+        distinct += exp.rows_written
+        glines += batch.num_bags * lpr
     await drv.run()
     got = {name: await tb.csr.read64(name) for name in (
         "ENG_DESC_DONE", "ENG_LINES_GATHERED", "ENG_BAGS_POOLED", "ENG_UPD_ITEMS",
-        "ENG_UPD_LINES_WRITTEN", "ENG_PMEM_RD_LINES", "ENG_PMEM_WR_LINES")}
+        "ENG_UPD_LINES_WRITTEN", "ENG_PMEM_RD_LINES", "ENG_PMEM_WR_LINES",
+        "ENG_UPD_DISTINCT_ROWS", *PMEM_KIND_CSRS.values())}
+    rd, wr = stats.lines_read - served[0], stats.lines_written - served[1]
+    # Per kind: the gather reads the LOOKUPs' rows, the scatter reads and writes each
+    # distinct row once and the gradient feed reads each bag's gradient lines; no
+    # checkpoint here; the rest (descriptors, indices and offsets, pooled vectors,
+    # records) is "other", so the kinds sum to the totals the PMEM model served.
     want = {"ENG_DESC_DONE": 10, "ENG_LINES_GATHERED": lines, "ENG_BAGS_POOLED": bags,
             "ENG_UPD_ITEMS": items, "ENG_UPD_LINES_WRITTEN": written,
-            "ENG_PMEM_RD_LINES": stats.lines_read - served[0],
-            "ENG_PMEM_WR_LINES": stats.lines_written - served[1]}
+            "ENG_PMEM_RD_LINES": rd, "ENG_PMEM_WR_LINES": wr,
+            "ENG_UPD_DISTINCT_ROWS": distinct,
+            "ENG_PMEM_RD_LOOKUP": lines, "ENG_PMEM_RD_UPDATE": written + glines,
+            "ENG_PMEM_RD_CKPT": 0, "ENG_PMEM_RD_OTHER": rd - lines - written - glines,
+            "ENG_PMEM_WR_UPDATE": written, "ENG_PMEM_WR_CKPT": 0,
+            "ENG_PMEM_WR_OTHER": wr - written}
     assert got == want, f"counters {got}, expected {want}"
     overlaps = await tb.csr.read64("ENG_UPD_OVERLAPS")
     tb.log.info("ENG_UPD_OVERLAPS %d of 3 UPDATEs after an UPDATE", overlaps)
