@@ -53,6 +53,7 @@ import sys
 import time
 
 from hw.config import load_config
+from hw.engine.engine import PMEM_KIND_CSRS
 
 from . import toolenv
 from .platform import DEFAULT_PLATFORM, platform_arg
@@ -102,6 +103,20 @@ def bench_mem_endpoint(config_name: str, sim: str, seed: int | None) -> dict:
 ENGINE_WORKLOAD = {"dim": 64, "batch": 128, "rows": 20000}
 
 
+def _device_counters(c: dict) -> dict:
+    """A training run's ``device_counters_after_last_reset`` as ``system.json`` reports
+    them: link bytes the device counted each way (LINK_TX_BYTES / LINK_RX_BYTES) and the
+    bench's count of the same messages, PMEM lines per kind (``docs/embedding.md``)."""
+    return {
+        "link_tx_bytes": c.get("LINK_TX_BYTES"), "link_rx_bytes": c.get("LINK_RX_BYTES"),
+        "bench_link_tx_bytes": c.get("bench_link_tx_bytes"),
+        "bench_link_rx_bytes": c.get("bench_link_rx_bytes"),
+        "pmem_lines": {k: c.get(name) for k, name in PMEM_KIND_CSRS.items()},
+        "pmem_lines_total": {"rd": c.get("ENG_PMEM_RD_LINES"), "wr": c.get("ENG_PMEM_WR_LINES")},
+        "upd_distinct_rows": c.get("ENG_UPD_DISTINCT_ROWS"),
+    }
+
+
 def bench_engine(config_name: str, sim: str, seed: int | None) -> dict:
     from . import fpcheck
 
@@ -132,6 +147,12 @@ def bench_engine(config_name: str, sim: str, seed: int | None) -> dict:
         "update_write_saving_zipf": update["write_saving"],
         "update_cycles_per_gradient_line": update["cycles_per_gradient_line"],
         "update_distinct_rows": update["distinct_rows"],
+        # 64-byte lines per kind on the engine's PMEM port (ENG_PMEM_RD_* / _WR_*) and
+        # the PMEM model's media bytes, of the p20 LOOKUPs and the Zipf UPDATE.
+        "pmem_lines_lookup_p20": gather[20].get("pmem_lines"),
+        "pmem_media_bytes_lookup_p20": gather[20].get("pmem_media_bytes"),
+        "pmem_lines_update_zipf": update.get("pmem_lines"),
+        "pmem_media_bytes_update_zipf": update.get("pmem_media_bytes"),
         "fp_vectors_checked": sum(c["vectors"] for c in checks.values()),
         "fp_mismatches": sum(c["mismatches"] for c in checks.values()),
         "gather_runs": {f"p{k}": v for k, v in gather.items()},
@@ -282,6 +303,12 @@ def bench_system(config_name: str, sim: str, seed: int | None,
                 **{MODE_NAMES[m]: v["energy_j"]["total_j"] / v["iterations"]
                    for m, v in summary.items()},
                 "host-software": host["energy_j"]["total_j"] / host["iterations"]},
+            # The device's own counters since reset, per mode: link bytes each way next
+            # to the bench's count of the same messages (the link figures above count
+            # the measured iterations only), and the engine's PMEM lines per kind.
+            "device_counters": {
+                MODE_NAMES[m]: _device_counters(r.get("device_counters_after_last_reset", {}))
+                for m, r in data["runs"].items()},
             "tables_identical": data.get("tables_identical", False),
             "host_software_tables_identical": (
                 tables_digest(reference.tables) == data["runs"]["trainingcxl"]["tables_digest"]),

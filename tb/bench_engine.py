@@ -14,6 +14,7 @@ from pathlib import Path
 import cocotb
 import numpy as np
 
+from hw.engine.engine import PMEM_KIND_CSRS
 from sim import embedding as emb
 from sim.embedding import FP32, LINE_BYTES
 from tb import env
@@ -53,6 +54,18 @@ async def _started(dut, name: str, rows: int, dim: int):
     return tb, drv, rng, table
 
 
+async def pmem_report(tb: DeviceTB, media_start: tuple[int, int]) -> dict:
+    """The engine's PMEM lines per kind since PERF_CTRL was cleared (``docs/embedding.md``,
+    "PMEM lines per kind") and the media bytes the PMEM model moved since it had done
+    ``media_start`` (media reads, media writes): media blocks are a backend property."""
+    stats, block = tb.pmem.stats, tb.pmem.timing.media_bytes
+    return {
+        "pmem_lines": {key: await tb.csr.read64(name) for key, name in PMEM_KIND_CSRS.items()},
+        "pmem_media_bytes": {"read": (stats.media_reads - media_start[0]) * block,
+                             "write": (stats.media_writes - media_start[1]) * block},
+    }
+
+
 async def _run_timed(tb: DeviceTB, drv: EngineDriver) -> int:
     """Ring the doorbell and return the cycles until the head reaches the tail
     (polled every 16 cycles)."""
@@ -76,6 +89,7 @@ async def bench_gather(dut):
     for i in range(n_desc):
         await drv.lookup(table, _fixed_bags(rng, batch, pooling, rows, None), batch_id=i)
     lines_before = tb.pmem.stats.lines_read
+    media_start = (tb.pmem.stats.media_reads, tb.pmem.stats.media_writes)
     wall = time.monotonic()
     cycles = await _run_timed(tb, drv)
     wall = time.monotonic() - wall
@@ -95,6 +109,7 @@ async def bench_gather(dut):
         "all_read_utilization": round(all_lines / (cycles * peak), 4),
         "descriptors_checked": drv.checked,
         "sim_cycles_per_second": round(cycles / wall),
+        **await pmem_report(tb, media_start),
     })
 
 
@@ -110,6 +125,8 @@ async def bench_update(dut):
     bags = _fixed_bags(rng, batch, pooling, rows, alpha)
     grads = (rng.standard_normal((batch, dim)) * 0.01).astype(np.float32)
     exp = await drv.update(table, bags, grads)
+    await tb.csr.write("PERF_CTRL", 1)
+    media_start = (tb.pmem.stats.media_reads, tb.pmem.stats.media_writes)
     cycles = await _run_timed(tb, drv)
     rec = drv.record(exp.seq)
     ideal = emb.coalesce_stats(bags.indices, bags.offsets)
@@ -124,4 +141,6 @@ async def bench_update(dut):
         "cycles": cycles,
         "cycles_per_gradient_line": round(cycles / (rec["updates"] * lpr), 3),
         "bytes_per_row": lpr * LINE_BYTES,
+        "eng_upd_distinct_rows": await tb.csr.read64("ENG_UPD_DISTINCT_ROWS"),
+        **await pmem_report(tb, media_start),
     })

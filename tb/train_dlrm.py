@@ -54,6 +54,7 @@ import cocotb
 import numpy as np
 
 from hw.engine.descriptor import DescKind, Status
+from hw.engine.engine import PMEM_KIND_CSRS
 from sim import ckpt
 from sim import embedding as emb
 from sim.dlrm import DLRM, evaluate, init_tables
@@ -739,13 +740,22 @@ async def train_dlrm(dut):
     check = tr.check_final(start_batch, start_params)
     tb.log.info("%s: %s", mode, check)
     counters = {}
+    # The device's link bytes and PMEM lines per kind in every mode (GPU-direct: the
+    # device as memory only), the engine's and the logger's counters in TrainingCXL.
+    names = ("LINK_TX_BYTES", "LINK_RX_BYTES", "ENG_PMEM_RD_LINES", "ENG_PMEM_WR_LINES",
+             *PMEM_KIND_CSRS.values())
     if mode == "trainingcxl":
-        for name in ("ENG_LINES_GATHERED", "ENG_BAGS_POOLED", "ENG_UPD_LINES_WRITTEN",
-                     "ENG_UPD_ITEMS", "ENG_BUSY", "ENG_UPD_OVERLAPS", "ENG_PMEM_RD_LINES",
-                     "ENG_PMEM_WR_LINES", "CK_RECORDS", "CK_UNDO_STALL",
-                     "CK_MLP_LINES", "CK_MLP_STALL"):
-            counters[name] = await tb.csr.read64(name)
+        names += ("ENG_LINES_GATHERED", "ENG_BAGS_POOLED", "ENG_UPD_LINES_WRITTEN",
+                  "ENG_UPD_ITEMS", "ENG_BUSY", "ENG_UPD_OVERLAPS", "CK_RECORDS",
+                  "CK_UNDO_STALL", "CK_MLP_LINES", "CK_MLP_STALL", "ENG_UPD_DISTINCT_ROWS")
+    for name in names:
+        counters[name] = await tb.csr.read64(name)
     await tb.agent.wait_idle()
+    if crash is None:
+        # The bench's own count of the same messages since reset (next to LINK_*_BYTES).
+        stats = tb.agent.stats
+        counters["bench_link_tx_bytes"] = stats.s2m_bytes + (gpu.d2h_bytes if gpu else 0)
+        counters["bench_link_rx_bytes"] = stats.m2s_bytes + (gpu.h2d_bytes if gpu else 0)
     tb.check_protocol()
     counted = [r for r in tr.executions if not r.get("lost")]
     assert sorted(r["batch"] for r in counted) == list(range(1, tr.n + 1)), (
