@@ -169,6 +169,9 @@ class GpuHome:
         Bytes of CXL.cache messages in both directions so far (a 16-byte header slot per
         message, 64 more for a line), with or without a link, and the lines among them
         (H2D and D2H Data).
+    d2h_bytes, h2d_bytes:
+        ``link_bytes`` split by direction (the device's LINK_TX_BYTES / LINK_RX_BYTES
+        share of CXL.cache).
     """
 
     def __init__(self, bfm: CxlCacheBfm, loop, *, rng: random.Random,
@@ -176,7 +179,7 @@ class GpuHome:
         self.loop = loop
         self.bfm = bfm
         self.link = link
-        self.link_bytes = self.data_lines = 0
+        self.link_bytes = self.data_lines = self.d2h_bytes = self.h2d_bytes = 0
         self.home = CacheHome(timing=timing or HomeTiming(read_latency=40, write_latency=20),
                               rng=random.Random(rng.getrandbits(64)))
         self._sources = [(ch, bfm.sources[ch]) for ch in ("req", "rsp", "data")]
@@ -202,23 +205,28 @@ class GpuHome:
                 if not source.pending:
                     msg = self.home.offer(ch, t)
                     if msg is not None:
-                        self._count(ch)
+                        self._count(ch, up=False)
                         source.send(msg)
                 continue
             flight = self._flight[ch]
             while (msg := self.home.offer(ch, t)) is not None:
                 self.home.take(ch, t)
-                self._count(ch)
+                self._count(ch, up=False)
                 flight.append((self.link.down.send(t, _message_bytes(ch)), msg))
             if not source.pending and flight and flight[0][0] <= t:
                 source.send(flight.popleft()[1])
 
-    def _count(self, channel: str) -> None:
-        self.link_bytes += _message_bytes(channel)
+    def _count(self, channel: str, *, up: bool) -> None:
+        size = _message_bytes(channel)
+        self.link_bytes += size
+        if up:
+            self.d2h_bytes += size
+        else:
+            self.h2d_bytes += size
         self.data_lines += channel == "data"
 
     def d2h(self, channel: str, fields: dict, cycle: int) -> None:
-        self._count(channel)
+        self._count(channel, up=True)
         if self.link is not None:
             cycle = self.link.up.send(cycle, _message_bytes(channel))
         self.home.d2h(channel, cycle, fields)

@@ -242,7 +242,9 @@ class TrafficStats:
     Per request: latency = M2S handshake cycle -> cycle of its last response, and
     queueing = issue cycle -> handshake cycle. Bandwidth is lines moved (DRS MemData
     plus written lines acknowledged) over the window from the first handshake to the
-    last completion.
+    last completion. ``m2s_bytes`` / ``s2m_bytes``: link bytes of the completed
+    requests' messages each way, 16 per message and 64 more for a line of data (M2S
+    RwD, S2M DRS), as the device's LINK_RX_BYTES / LINK_TX_BYTES count them.
     """
 
     def __init__(self):
@@ -250,6 +252,7 @@ class TrafficStats:
         self.queueing: dict[str, list[int]] = {}
         self.lines_read = 0
         self.lines_written = 0
+        self.m2s_bytes = self.s2m_bytes = 0
         self.first_accept: int | None = None
         self.last_complete: int | None = None
         self.completed = 0
@@ -263,6 +266,9 @@ class TrafficStats:
             self.lines_read += 1
         if txn.writes_memory:
             self.lines_written += 1
+        self.m2s_bytes += HEADER_BYTES + (DATA_BYTES if txn.channel == "rwd" else 0)
+        self.s2m_bytes += ((HEADER_BYTES if txn.ndr is not None else 0)
+                           + (HEADER_BYTES + DATA_BYTES if txn.drs is not None else 0))
         if self.last_complete is None or txn.completed > self.last_complete:
             self.last_complete = txn.completed
 
