@@ -750,8 +750,9 @@ def _engine_registers() -> Iterable[Register]:
             (0x448, "ENG_PMEM_RD_UPDATE", "Lines of ENG_PMEM_RD_LINES read by the gradient "
              "feed and the scatter: an UPDATE's gradients (in device memory) and its "
              "distinct rows."),
-            (0x450, "ENG_PMEM_RD_CKPT", "Lines of ENG_PMEM_RD_LINES read by the undo logger, "
-             "the MLP copier (MLP_CHECKPOINT from device memory) and recovery."),
+            (0x450, "ENG_PMEM_RD_CKPT", "Lines of ENG_PMEM_RD_LINES read by the MLP copier "
+             "(MLP_CHECKPOINT from device memory) and recovery (undo records are made from "
+             "the LOOKUPs' row reads)."),
             (0x458, "ENG_PMEM_RD_OTHER", "Lines of ENG_PMEM_RD_LINES read by the descriptor "
              "fetch and the sequencers (LOOKUP / UPDATE indices, offsets, weights in device "
              "memory)."),
