@@ -248,6 +248,13 @@ class CohBench:
                 await csr.write(name, got)
                 assert await csr.read(name) == 0, f"{name} not cleared"
 
+    def link_bytes(self) -> tuple[int, int]:
+        """Link bytes the bench saw the device send and take so far, as its LINK_TX_BYTES
+        and LINK_RX_BYTES count them: the host agent's completed CXL.mem requests and the
+        GPU home's CXL.cache messages (without the DCOH's: HDM-H only)."""
+        stats = self.agent.stats
+        return stats.s2m_bytes + self.gpu.d2h_bytes, stats.m2s_bytes + self.gpu.h2d_bytes
+
     async def finish(self) -> None:
         """Write back every cached line, wait for everything, check every model."""
         tb = self.tb
@@ -261,7 +268,7 @@ class CohBench:
         assert not problems, "CXL.cache protocol violations:\n" + "\n".join(problems)
         counters = {n: await tb.csr.read64(n) for n in (
             "COH_GRANTS_DEVICE", "COH_GRANTS_HOST", "COH_HOST_FLIPS", "COH_RD_LINES",
-            "COH_WR_LINES")}
+            "COH_WR_LINES", "LINK_TX_BYTES", "LINK_RX_BYTES")}
         tb.log.info("coherence checks: %d (%d lines at the end); host cache %s; forwards "
                     "open %d; CXL.cache transfers %d; counters %s; protocol flows %s",
                     self.checker.checks, lines, self.cache.stats, self.cache.open_fwds,

@@ -529,7 +529,8 @@ async def test_scratch_buffers_in_gpu_memory(dut, noise, ctrl):
     memory) and tables checked bit for bit against the golden model. The same offsets
     in device memory hold the driver's tables and ring, so a read steered to PMEM would
     show. COH_RD_LINES counts at least every buffer line once and COH_WR_LINES every
-    pooled line (and record)."""
+    pooled line (and record); ``hdm_h``: LINK_TX_BYTES / LINK_RX_BYTES grow by the
+    bytes of the CXL.mem and CXL.cache messages the bench saw each way."""
     bench = CohBench(dut, f"scratch_{ctrl}", noise=noise)
     cfg = bench.cfg
     cq_host = gpu_addr(cfg, 0x1000) if ctrl == "hdm_d" else None
@@ -537,6 +538,8 @@ async def test_scratch_buffers_in_gpu_memory(dut, noise, ctrl):
     bench.checker.hdm_d = ctrl == "hdm_d"
     tb = bench.tb
     rng = np.random.default_rng(tb.rng.getrandbits(64))
+    link_start = (await tb.csr.read64("LINK_TX_BYTES"), await tb.csr.read64("LINK_RX_BYTES"),
+                  *bench.link_bytes())
     scratch = HostScratch(bench.gpu, base=gpu_addr(cfg, 0x10000), size=1 << 16)
     drv, tables, _, _ = await _layout(bench, rng, cq_host=cq_host, write_back=True,
                                       scratch=scratch)
@@ -560,6 +563,11 @@ async def test_scratch_buffers_in_gpu_memory(dut, noise, ctrl):
     buffer_lines //= LINE_BYTES
     assert c["COH_RD_LINES"] >= buffer_lines - pooled_lines, (c, buffer_lines)
     assert c["COH_WR_LINES"] == pooled_lines + (drv.tail if cq_host is not None else 0), c
+    if ctrl == "hdm_h":     # no DCOH messages: the bench sees every message
+        tx, rx, bench_tx, bench_rx = link_start
+        got = (c["LINK_TX_BYTES"] - tx, c["LINK_RX_BYTES"] - rx)
+        want = tuple(b - s for b, s in zip(bench.link_bytes(), (bench_tx, bench_rx), strict=True))
+        assert got == want and got[1] > 0, f"LINK_TX/RX_BYTES {got}, bench counted {want}"
 
 
 #: Read-error cases of the scratch buffers: which buffer's line fails, which of its
