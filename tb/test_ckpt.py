@@ -36,6 +36,7 @@ import cocotb
 import numpy as np
 
 from hw.engine.descriptor import DescKind, PoolMode, Status
+from hw.engine.engine import PMEM_KIND_CSRS
 from sim import embedding as emb
 from sim.embedding import BF16, FP32, LINE_BYTES
 from tb.ckpt_driver import CkptDriver
@@ -347,7 +348,8 @@ async def test_mlp_checkpoint(dut):
     the committed one or not newer than the last copy; MISALIGNED and ADDR_RANGE for the
     staging range and length; copies staged with CXL.mem writes alternate between the
     slots, bit for bit; with K = 0 a COMMIT waits for a running copy (CK_MLP_STALL) and
-    CK_STATUS.MLP_LAG follows K."""
+    CK_STATUS.MLP_LAG follows K; the copy's PMEM lines count as ENG_PMEM_*_CKPT, the
+    records and the commit word as ENG_PMEM_WR_OTHER, the kinds summing to the totals."""
     tb = DeviceTB(dut, "mlp_checkpoint", idle=True, backpressure=True)
     await tb.start()
     camp = Campaign(tb)
@@ -393,6 +395,17 @@ async def test_mlp_checkpoint(dut):
     assert stall > 0, "COMMIT(4) did not wait for the running copy with K = 0"
     assert await tb.csr.read64("CK_MLP_LINES") == MLP_BYTES // LINE_BYTES
     await drv.wait_mlp(3)
+    # PMEM lines per kind since the clear: the copy's reads and writes are CKPT; the two
+    # descriptors, their records and the commit word (the completion writes it) "other";
+    # no LOOKUP or UPDATE.
+    kinds = {k: await tb.csr.read64(n) for k, n in PMEM_KIND_CSRS.items()}
+    totals = [await tb.csr.read64(f"ENG_PMEM_{d}_LINES") for d in ("RD", "WR")]
+    assert [sum(v for k, v in kinds.items() if k.startswith(d)) for d in ("rd", "wr")] == totals, (
+        kinds, totals)
+    assert kinds["rd_lookup"] == kinds["rd_update"] == kinds["wr_update"] == 0, kinds
+    assert kinds["rd_ckpt"] == MLP_BYTES // LINE_BYTES, kinds
+    assert kinds["wr_ckpt"] > MLP_BYTES // LINE_BYTES, kinds          # and the header
+    assert kinds["rd_other"] > 0 and kinds["wr_other"] == 3, kinds
     status = await tb.csr.read_fields("CK_STATUS")
     assert status.mlp_lag, f"{status}: MLP_LAG clear with committed 4, MLP 3"
     await tb.csr.write("CK_MLP_K", 1)
