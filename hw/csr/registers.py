@@ -759,9 +759,10 @@ def _engine_registers() -> Iterable[Register]:
             (0x460, "ENG_PMEM_WR_UPDATE", "Lines of ENG_PMEM_WR_LINES written by the scatter: "
              "an UPDATE's distinct rows."),
             (0x468, "ENG_PMEM_WR_CKPT", "Lines of ENG_PMEM_WR_LINES written by the undo "
-             "logger (records, commit word), the MLP copier and recovery."),
+             "logger (records), the MLP copier and recovery."),
             (0x470, "ENG_PMEM_WR_OTHER", "Lines of ENG_PMEM_WR_LINES written by the completion: "
-             "pooled vectors and completion records in device memory.")):
+             "pooled vectors and completion records in device memory, COMMIT's commit "
+             "word.")):
         yield Register(name, offset, Kind.COUNTER64, clear_by="PERF_CTRL", doc=doc)
 
 
