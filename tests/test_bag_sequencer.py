@@ -67,7 +67,8 @@ class Fault:
     pass 1 and 1 in pass 2; indices, 0 in pass 1 and 1, 2 in pass 2 (the emitter's and
     the count scan's copies, in either order); weights, 0 in pass 2 only (if
     ``weighted``). Pass 2 reads only the offsets of ``num_bags`` (not the last one of
-    ``include_last_offset``), and only when ``num_bags`` > 0.
+    ``include_last_offset``), and only when ``num_bags`` > 0. A descriptor whose offsets
+    and indices (pass 1's lines) fit in the replay store makes no pass-2 read of them.
     """
     buffer: str
     line: int
@@ -91,6 +92,17 @@ class Case:
     offsets: list[int] = field(default_factory=list)
     weights: list[int] = field(default_factory=list)    # fp32 bit patterns
     faults: list[Fault] = field(default_factory=list)
+    #: Lines of the sequencer's replay store (set by the bench; 0: none).
+    replay: int = 0
+
+    @property
+    def replayed(self) -> bool:
+        """Pass 2 takes the offsets and indices from the replay store: pass 1's lines of
+        both fit in it."""
+        f = self.fields
+        ni, nb = f.get("num_indices", 0), f.get("num_bags", 0)
+        return self.replay > 0 and (lines_of(nb + f.get("include_last_offset", 0))
+                                    + lines_of(ni)) <= self.replay
 
     def fault_lines(self) -> dict[int, Fault]:
         """Line address -> fault."""
@@ -121,12 +133,13 @@ class Case:
             if fault.buffer == "offsets":
                 if 0 in fault.reads and fault.line < lines_of(nb + ilo):
                     pass1.append(fault)
-                if 1 in fault.reads and nb and fault.line < lines_of(nb):
+                if 1 in fault.reads and nb and fault.line < lines_of(nb) and not self.replayed:
                     pass2.append(fault)
             elif fault.buffer == "indices":
                 if 0 in fault.reads and fault.line < lines_of(ni):
                     pass1.append(fault)
-                if fault.reads & {1, 2} and nb and fault.line < lines_of(ni):
+                if (fault.reads & {1, 2} and nb and fault.line < lines_of(ni)
+                        and not self.replayed):
                     pass2.append(fault)
             else:
                 assert fault.buffer == "weights", fault
@@ -317,8 +330,11 @@ class TB:
     """Clock, PMEM model as AXI subordinate, ``i_desc`` driver, sinks and checkers."""
 
     def __init__(self, *, seed: int, traffic: Traffic = SMOOTH, id_width: int = 3,
-                 timing: PmemTiming | None = None, hold_rows: bool = False):
-        self.dut = BagSequencer(addr_width=ADDR_WIDTH, id_width=id_width)
+                 timing: PmemTiming | None = None, hold_rows: bool = False,
+                 replay_lines: int = 0):
+        self.dut = BagSequencer(addr_width=ADDR_WIDTH, id_width=id_width,
+                                replay_lines=replay_lines)
+        self.replay_lines = replay_lines
         #: ``o_rows.ready`` held low until a read has failed.
         self.hold_rows = hold_rows
         self.seed = seed
@@ -334,6 +350,7 @@ class TB:
         dut, model, rng, tr = self.dut, self.model, self.rng, self.traffic
         for c in cases:
             c.write(model)
+            c.replay = self.replay_lines
         want = [e for c in cases for e in c.expected()]
         # (its own random data: the traffic of a seed is the same with or without faults)
         self.faults = faults = read_errors(cases, random.Random(self.seed + 2))
@@ -536,11 +553,43 @@ def test_lints_clean(tmp_path):
 # --- random descriptors --------------------------------------------------------------
 
 @pytest.mark.parametrize("traffic", [SMOOTH, ROUGH], ids=["smooth", "rough"])
-def test_random_descriptors(seed, traffic):
+@pytest.mark.parametrize("replay", [0, 8])
+def test_random_descriptors(seed, traffic, replay):
     rng = random.Random(seed)
     alloc = Alloc(rng)
     cases = [random_case(rng, alloc) for _ in range(40)]
-    TB(seed=seed, traffic=traffic).run(cases)
+    TB(seed=seed, traffic=traffic, replay_lines=replay).run(cases)
+
+
+@pytest.mark.parametrize("traffic", [SMOOTH, ROUGH], ids=["smooth", "rough"])
+def test_replay_reads_buffers_once(seed, traffic):
+    """With a replay store of 8 lines, a descriptor that passes and whose offsets and
+    indices fit in 8 lines reads each of their lines from memory exactly once (pass 1),
+    and pass 2 takes them from the store (rows checked as always); one that does not
+    fit reads them as without the store: the offsets twice, the indices three times.
+    Both kinds occur."""
+    rng = random.Random(seed)
+    alloc = Alloc(rng)
+    cases = [random_case(rng, alloc) for _ in range(40)]
+    tb = TB(seed=seed, traffic=traffic, replay_lines=8)
+    tb.run(cases)
+    seen = Counter()
+    for c in cases:
+        f = c.fields
+        nb, ni = f.get("num_bags", 0), f.get("num_indices", 0)
+        if c.golden_status() is not Status.OK or not nb:
+            continue
+        seen[c.replayed] += 1
+        ilo = f.get("include_last_offset", 0)
+        for buffer, lines, again in (("offsets", lines_of(nb + ilo), 1),
+                                     ("indices", lines_of(ni), 2)):
+            base = f[f"{buffer}_addr"] & ~63
+            for k in range(lines):
+                want = 1 if c.replayed else 1 + again * (buffer == "indices" or k < lines_of(nb))
+                got = tb.faults.reads[base + 64 * k]
+                assert got == want, (f"{buffer} line {k} of a descriptor with {nb} bags, "
+                                     f"{ni} indices: read {got} times, not {want}")
+    assert seen[True] and seen[False], seen
 
 
 # --- read errors ---------------------------------------------------------------------
@@ -567,7 +616,8 @@ def random_fault(rng: random.Random, case: Case) -> Fault | None:
 
 
 @pytest.mark.parametrize("traffic", [SMOOTH, ROUGH], ids=["smooth", "rough"])
-def test_read_errors(seed, traffic):
+@pytest.mark.parametrize("replay", [0, 8])
+def test_read_errors(seed, traffic, replay):
     """Random descriptors, two in three with a fault (:func:`random_fault`): failed
     pass-1 reads end their descriptor with READ_ERROR and no row; failed pass-2 reads
     mark the rows ``bad`` from the rows the line feeds on (the last one at least) and
@@ -577,12 +627,13 @@ def test_read_errors(seed, traffic):
     alloc = Alloc(rng)
     cases = [random_case(rng, alloc) for _ in range(30)]
     for c in cases:
+        c.replay = replay
         if rng.random() < 2 / 3 and (fault := random_fault(rng, c)) is not None:
             c.faults.append(fault)
     kinds = Counter(c.read_fault(c.golden_status())[0] for c in cases)
     print(f"descriptors with a failed read: {kinds['pass1']} in pass 1, "
           f"{kinds['pass2']} in pass 2; {kinds[None]} without")
-    tb = TB(seed=seed, traffic=traffic)
+    tb = TB(seed=seed, traffic=traffic, replay_lines=replay)
     tb.run(cases)
     assert tb.faults.failed or not (kinds["pass1"] or kinds["pass2"])
 

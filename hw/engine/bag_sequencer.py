@@ -15,6 +15,7 @@ from .buffer_check import BufferCheck
 from .buffer_reader import LINE_SHIFT, BufferReader
 from .descriptor import Descriptor, Status
 from .field_check import FieldCheck
+from .line_replay import REPLAY_PORTS, LineReplay
 from .reader_arbiter import ReaderArbiter
 from .row_gather import ROW
 
@@ -61,6 +62,12 @@ class BagSequencer(wiring.Component):
 
     **Pass 2: emission.** Only a descriptor that passed reads its buffers again: the
     offsets (bag boundaries), the indices twice and, when ``weighted``, the weights.
+    With ``replay_lines`` > 0, a descriptor whose offsets (as pass 1 reads them) and
+    indices fit in that many lines has them kept on chip as pass 1 reads them
+    (:class:`~.line_replay.LineReplay`), and pass 2 takes its offsets and both copies of
+    its indices from there: each is read from memory once, and pass 2's first row no
+    longer waits a memory latency for them (a GPU-memory round trip with the buffers
+    in GPU memory). Only the weights are read again.
     A count scan runs ahead over one copy of the indices and queues each bag's length
     and counted rows (indices other than the padding index) in a FIFO of
     ``_BAG_FIFO`` bags; the emitter walks the second copy in step with the weights and
@@ -71,7 +78,7 @@ class BagSequencer(wiring.Component):
     first row. ``row_k`` and ``count`` are 16-bit fields of ``ROW``: a bag of more than
     65535 counted rows wraps them (``last_row`` stays exact).
 
-    **Cost.** Each buffer is read twice (the indices three times); the extra reads
+    **Cost.** Without replay each buffer is read twice (the indices three times); the extra reads
     stream at full line rate, so the cost is PMEM bandwidth, not a stall per index.
     Each reader keeps up to ``BUF_LINES / BURST`` = 4 bursts of 8 lines in flight in
     pass 2 (``FLY_LINES / BURST`` = 32 in pass 1; AXI ID per reader: 0 offsets, 1
@@ -123,6 +130,8 @@ class BagSequencer(wiring.Component):
         PMEM byte-address bits, 12 to 48 (device memory is ``2**addr_width`` bytes).
     id_width : int
         AXI ID bits, 2 to 16 (four IDs are used).
+    replay_lines : int
+        Lines of the replay store (0: none), a power of two up to 4096 otherwise.
 
     Members
     -------
@@ -144,13 +153,18 @@ class BagSequencer(wiring.Component):
         If a parameter is not an integer in its range.
     """
 
-    def __init__(self, *, addr_width: int, id_width: int):
+    def __init__(self, *, addr_width: int, id_width: int, replay_lines: int = 0):
         if not is_int(addr_width) or not 12 <= addr_width <= 48:
             raise ValueError(f"addr_width must be an integer from 12 to 48, not {addr_width!r}")
         if not is_int(id_width) or not 2 <= id_width <= 16:
             raise ValueError(f"id_width must be an integer from 2 to 16, not {id_width!r}")
+        if not is_int(replay_lines) or not (replay_lines == 0 or (
+                2 <= replay_lines <= 4096 and not replay_lines & (replay_lines - 1))):
+            raise ValueError("replay_lines must be 0 or a power of two from 2 to 4096, "
+                             f"not {replay_lines!r}")
         self._addr_width = addr_width
         self._id_width = id_width
+        self._replay_lines = replay_lines
         super().__init__({
             "i_desc": In(stream.Signature(Descriptor)),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
@@ -175,12 +189,49 @@ class BagSequencer(wiring.Component):
             addr_width=aw, id_width=self._id_width, readers=len(_READERS))
         wiring.connect(m, arbiter.pmem, wiring.flipped(self.pmem))
         readers = {}
-        for k, name in enumerate(_READERS):
+        for name in _READERS:
             readers[name] = m.submodules[f"{name}_reader"] = BufferReader(addr_width=aw)
-            wiring.connect(m, readers[name].pmem, getattr(arbiter, f"i_reader{k}"))
         offsets, indices, scan_indices, weights = readers.values()
-
         desc = Signal(Descriptor)
+        # Replay (pass 2 of a descriptor whose offsets and indices fit): the first
+        # REPLAY_PORTS readers take their bursts from the replay store, else from PMEM.
+        replay = Signal()
+        replaying = Signal()
+        n_replay = self._replay_lines
+        if n_replay:
+            m.submodules.replay = store = LineReplay(addr_width=aw, lines=n_replay)
+            # The lines of each buffer in pass 1 (its words rounded up to whole lines).
+            off_lines = Signal(34)
+            idx_lines = Signal(33)
+            m.d.comb += [
+                off_lines.eq((desc.num_bags + desc.include_last_offset + 15) >> 4),
+                idx_lines.eq((desc.num_indices + 15) >> 4),
+            ]
+        for k, reader in enumerate(readers.values()):
+            port = getattr(arbiter, f"i_reader{k}")
+            if not n_replay or k >= REPLAY_PORTS:
+                wiring.connect(m, reader.pmem, port)
+                continue
+            src = reader.pmem
+            dst = getattr(store, f"i_port{k}")
+            for side, on in ((port, ~replaying), (dst, replaying)):
+                m.d.comb += [side.req.eq(src.req & on), side.line.eq(src.line),
+                             side.len.eq(src.len)]
+            m.d.comb += [
+                src.grant.eq(Mux(replaying, dst.grant, port.grant)),
+                src.r.valid.eq(Mux(replaying, dst.r.valid, port.r.valid)),
+                src.r.payload.eq(Mux(replaying, dst.r.payload, port.r.payload)),
+            ]
+        if n_replay:
+            m.d.comb += [
+                replaying.eq(replay & self.passed),
+                store.off_lines.eq(off_lines),     # fits when the descriptor replays
+                store.off_base.eq(desc.offsets_addr[LINE_SHIFT:aw]),
+                store.idx_base.eq(desc.indices_addr[LINE_SHIFT:aw]),
+                store.i_off_data.eq(arbiter.i_reader0.r.payload),
+                store.i_idx_data.eq(arbiter.i_reader1.r.payload),
+            ]
+
         m.submodules.field_check = field_check = FieldCheck(addr_width=aw)
         m.submodules.buffer_check = buffer_check = BufferCheck()
         m.submodules.scan = scan = BagScan()
@@ -239,9 +290,18 @@ class BagSequencer(wiring.Component):
                     start(offsets, desc.offsets_addr, desc.num_bags + desc.include_last_offset)
                     start(indices, desc.indices_addr, desc.num_indices)
                     m.d.comb += buffer_check.i_start.eq(1)
+                    if n_replay:
+                        fits = off_lines + idx_lines <= n_replay
+                        m.d.sync += replay.eq(fits)
+                        m.d.comb += store.i_begin.eq(1)
                     m.next = "CHECK_BUFFERS"
 
             with m.State("CHECK_BUFFERS"):
+                if n_replay:
+                    m.d.comb += [
+                        store.i_off.eq(replay & arbiter.i_reader0.r.valid),
+                        store.i_idx.eq(replay & arbiter.i_reader1.r.valid),
+                    ]
                 bad_offsets, bad_index = buffer_check.o_bad_offsets, buffer_check.o_bad_index
                 m.d.comb += [offsets.i_line_mode.eq(1), indices.i_line_mode.eq(1),
                              offsets.i_flush.eq(bad_offsets),
