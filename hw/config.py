@@ -90,6 +90,11 @@ class DeviceConfig:
         "Execution order"). Each takes AXI ID bits: ``axi_id_width -
         Engine.MANAGER_ID_BITS - ceil(log2 engine_sequencers)`` must be at least 2 (the
         engine's eight PMEM managers take 3 bits).
+    seq_replay_lines:
+        Lines of each bag sequencer's replay store (0: none; else a power of two, 2 to
+        4096): a descriptor whose offsets and indices fit in it has them read from memory
+        once, in pass 1, and pass 2 takes them from the store (``docs/embedding.md``,
+        "Execution order"). A descriptor that does not fit has them read again.
     ckpt_filter_rows:
         Entries of the undo logger's duplicate-row filter (power of two, 2 to 4096).
     ckpt_fifo_lines:
@@ -140,6 +145,7 @@ class DeviceConfig:
     cache_write_cqids: int = 16
     engine_sequencers: int = 4
     meta_state: int = 0
+    seq_replay_lines: int = 256
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -212,6 +218,10 @@ class DeviceConfig:
             raise ValueError(f"engine_sequencers must be between 1 and 4, with axi_id_width - "
                              f"{Engine.MANAGER_ID_BITS} - ceil(log2 engine_sequencers) at least "
                              f"2, not {self.engine_sequencers}")
+        if self.seq_replay_lines and (not is_pow2(self.seq_replay_lines)
+                                      or not 2 <= self.seq_replay_lines <= 4096):
+            raise ValueError("seq_replay_lines must be 0 or a power of two between 2 and "
+                             f"4096, not {self.seq_replay_lines}")
         if (not is_pow2(self.page_bytes) or not 64 <= self.page_bytes <= (1 << 21)
                 or self.page_bytes > self.pmem_size):
             raise ValueError("page_bytes must be a power of two between 64 and 2 MiB and at "

@@ -585,7 +585,8 @@ _READ_FAULT_CASES = (
 async def test_scratch_read_errors(dut, noise):
     """COH_CTRL.SCRATCH_HOST: the GPU answers one read of a descriptor's buffers with an
     error (GO-Err, or poisoned data) -- an offsets or index line in pass 1, an index
-    line in pass 2 (the pass-1 read good, the later ones bad), a weights line (read in
+    line in pass 2 (the pass-1 read good, the later ones bad; a descriptor too large for
+    the replay store, so that pass 2 reads its indices again), a weights line (read in
     pass 2 only) and a gradient line, each on an UPDATE of a random table (weights: a
     weighted UPDATE), among good LOOKUPs and UPDATEs (the gradient line's UPDATE
     follows a good UPDATE of the other table, so its gradients are read ahead). The
@@ -631,6 +632,14 @@ async def test_scratch_read_errors(dut, noise):
             lead = await drv.update(o, ob, (rng.standard_normal((len(ob.offsets), o.dim))
                                             * 0.05).astype(np.float32), batch_id=0)
         b = _batch(rng, t.rows)
+        if where == "indices" and nth > 1:
+            # Pass 2 reads the indices again only when they and the offsets do not fit
+            # in the bag sequencer's replay store: one-index bags filling L / 2 + 1
+            # lines of each buffer.
+            n = (cfg.seq_replay_lines // 2 + 1) * LINE_BYTES // 4
+            assert n <= cfg.update_acc_rows, "the UPDATE must fit the accumulator"
+            idx, off = emb.random_bags(rng, n, t.rows, pooling=1)
+            b = Batch(idx, off, False, None)
         b.weights = (rng.standard_normal(len(b.indices)).astype(np.float32)
                      if where == "weights" else None)
         grads = (rng.standard_normal((len(b.offsets), t.dim)) * 0.05).astype(np.float32)

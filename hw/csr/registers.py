@@ -539,6 +539,7 @@ _PARAM_DOCS: Mapping[str, str] = {
     "cache_write_cqids": "Write CQIDs of the CXL.cache agent.",
     "engine_sequencers": "Bag sequencers of the engine (descriptors checked at once).",
     "meta_state": "1: the endpoint stores each line's Meta0-State and returns it.",
+    "seq_replay_lines": "Lines of each bag sequencer's replay store (0: none).",
 }
 
 _HDM_NOTE = ("The decoder uses the new value from the cycle after the write; software "

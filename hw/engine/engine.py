@@ -242,7 +242,8 @@ class Engine(wiring.Component):
             max_dim=cfg.engine_max_dim, queue=_QUEUE,
             update_acc=(cfg.update_acc_rows, cfg.update_acc_lines))
         m.submodules.sequencers = seqs = SequencerPool(
-            addr_width=aw, id_width=id_width, sequencers=cfg.engine_sequencers)
+            addr_width=aw, id_width=id_width, sequencers=cfg.engine_sequencers,
+            replay_lines=cfg.seq_replay_lines)
         m.submodules.gather = gather = RowGather(
             addr_width=aw, id_width=id_width, rob_lines=cfg.gather_rob_lines,
             max_lines_per_row=max_lines)

@@ -91,6 +91,9 @@ class SequencerPool(wiring.Component):
         Of ``pmem``.
     sequencers : int
         At least 1.
+    replay_lines : int
+        Lines of each sequencer's replay store (0: none; see
+        :class:`~.bag_sequencer.BagSequencer`).
 
     Members
     -------
@@ -122,7 +125,8 @@ class SequencerPool(wiring.Component):
     pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
     """
 
-    def __init__(self, *, addr_width: int, id_width: int, sequencers: int):
+    def __init__(self, *, addr_width: int, id_width: int, sequencers: int,
+                 replay_lines: int = 0):
         if sequencers < 1:
             raise ValueError(f"sequencers must be at least 1, not {sequencers}")
         seq_bits = (sequencers - 1).bit_length()
@@ -132,6 +136,7 @@ class SequencerPool(wiring.Component):
         self._addr_width = addr_width
         self._id_width = id_width
         self._sequencers = sequencers
+        self._replay_lines = replay_lines
         super().__init__({
             "i_desc": In(stream.Signature(Descriptor)),
             "o_rows": Out(stream.Signature(rows_layout(addr_width))),
@@ -161,7 +166,8 @@ class SequencerPool(wiring.Component):
         m = Module()
         aw, n = self._addr_width, self._sequencers
         seq_bits = (n - 1).bit_length()
-        seqs = [BagSequencer(addr_width=aw, id_width=self._id_width - seq_bits)
+        seqs = [BagSequencer(addr_width=aw, id_width=self._id_width - seq_bits,
+                             replay_lines=self._replay_lines)
                 for _ in range(n)]
         for k, s in enumerate(seqs):
             m.submodules[f"sequencer{k}"] = s
