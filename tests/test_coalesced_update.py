@@ -605,13 +605,14 @@ _SIMS: dict[tuple, list] = {}
 
 
 def new_dut(acc_rows: int = ACC_ROWS, max_items: int = MAX_ITEMS,
-            id_width: int = 2) -> CoalescedUpdate:
+            id_width: int = 2, tails: int = 1) -> CoalescedUpdate:
     """The block for these parameters (one instance per parameter set, simulated by
     :func:`simulate_dut`)."""
-    key = (acc_rows, max_items, id_width)
+    key = (acc_rows, max_items, id_width, tails)
     if key not in _SIMS:
         _SIMS[key] = [CoalescedUpdate(addr_width=ADDR_WIDTH, id_width=id_width,
-                                      acc_rows=acc_rows, max_items=max_items), None, [None]]
+                                      acc_rows=acc_rows, max_items=max_items, tails=tails),
+                      None, [None]]
     return _SIMS[key][0]
 
 
@@ -643,7 +644,7 @@ def simulate_dut(dut: CoalescedUpdate, bench) -> None:
 
 @pytest.mark.parametrize("kwargs", [
     {"acc_rows": 1}, {"acc_rows": 24}, {"acc_rows": 8192}, {"max_items": 0},
-    {"max_items": 65},
+    {"max_items": 65}, {"tails": 0}, {"tails": 17},
 ], ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
 def test_rejects_bad_parameters(kwargs):
     args = {"addr_width": ADDR_WIDTH, "id_width": 2, "acc_rows": 16, "max_items": 4} | kwargs
@@ -829,7 +830,8 @@ def test_overflow_then_normal(seed):
     check_run(new_dut(), model, [f32, b16], descs, seed=seed, traffic=ROUGH)
 
 
-def test_many_writes_without_b(seed):
+@pytest.mark.parametrize("tails", [1, 4])
+def test_many_writes_without_b(seed, tails):
     """Descriptors of 200 and 150 distinct one-line rows against a PMEM whose Bs come
     600 cycles after each write: hundreds of writes are owed a B at once, and
     ``o_done`` must still wait for every one (a narrow count of the writes owed would
@@ -844,7 +846,30 @@ def test_many_writes_without_b(seed):
         descs.append(desc_with(nrng, t, rows, [0, distinct // 4, distinct // 2],
                                weighted=False, end="last", acc_rows=256))
         tables.append(t)
-    check_run(new_dut(acc_rows=256), model, tables, descs, seed=seed, traffic=SMOOTH)
+    check_run(new_dut(acc_rows=256, tails=tails), model, tables, descs, seed=seed,
+              traffic=SMOOTH)
+
+
+def test_tails_overlap_write_latencies(seed):
+    """``tails`` 4 against writes whose Bs take 150 cycles: descriptors of six tables
+    back to back, each taken while up to four before it still wait for their Bs (some
+    while two or more do), each reporting only once its own writes are durable and in
+    order, tables and ``o_done`` as the golden model says; the last two are of the
+    first two tables again, so their items wait for those descriptors' ``o_done``."""
+    nrng = np.random.default_rng(seed)
+    model = PmemModel(size=PMEM_SIZE, rng=random.Random(seed),
+                      timing=PmemTiming(read_latency=8, write_latency=150, jitter=8))
+    tables = [make_table(nrng, model, 0x8000 * (n + 1), dtype=FP32 if n % 2 else BF16,
+                         dim=int(nrng.choice([16, 40])), rows=20) for n in range(6)]
+    descs = []
+    for t in [*tables, tables[0], tables[1]]:
+        d = random_desc(nrng, t, num_bags=4, weighted=bool(nrng.random() < .5), zipf=None,
+                        end="last")
+        descs.append(d)
+    obs = check_run(new_dut(tails=4), model, tables, descs, seed=seed, traffic=SMOOTH)
+    deep = [n for n in range(2, len(descs)) if 0 <= obs.first_item[n] < obs.done_cycle[n - 2]]
+    print(f"descriptors taken before the one two before reported: {deep}")
+    assert deep, "no descriptor was taken while two before it waited for their Bs"
 
 
 def test_nop_only_and_single_item_descriptors(seed):

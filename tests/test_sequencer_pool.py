@@ -165,20 +165,23 @@ def apart(later: dict, earlier: dict, scratch_host: bool) -> bool:
 #: Lines above ``TABLE_BASE`` where :func:`spread` puts tables: tables of 1 to 5000 rows
 #: from the same or different slots overlap or not.
 _SLOTS = (0, 1, 300, 20_000)
+#: More slots, far apart: runs of three or more UPDATEs apart from each other are common.
+_MANY_SLOTS = (*_SLOTS, 40_000, 60_000, 80_000)
 
 
-def spread(rng: random.Random, c: Case, grads_in_tables: float) -> None:
-    """Puts ``c``'s table at a random one of ``_SLOTS``, and with probability
+def spread(rng: random.Random, c: Case, grads_in_tables: float,
+           slots: tuple[int, ...] = _SLOTS) -> None:
+    """Puts ``c``'s table at a random one of ``slots``, and with probability
     ``grads_in_tables`` its gradients too (the sequencers read neither)."""
-    c.fields["table_base"] = TABLE_BASE + 64 * rng.choice(_SLOTS)
+    c.fields["table_base"] = TABLE_BASE + 64 * rng.choice(slots)
     if rng.random() < grads_in_tables:
-        c.fields["data_addr"] = TABLE_BASE + 64 * rng.choice(_SLOTS)
+        c.fields["data_addr"] = TABLE_BASE + 64 * rng.choice(slots)
     _, t_hi, _, g_hi = ranges(c.fields)
     assert max(t_hi, g_hi) <= PMEM_SIZE
 
 
 def cases(rng: random.Random, n: int, faults: float = 0.0,
-          updates_only: bool = False) -> list[Case]:
+          updates_only: bool = False, slots: tuple[int, ...] = _SLOTS) -> list[Case]:
     """``n`` random descriptors (only UPDATEs with ``updates_only``), some failing their
     checks; with ``faults`` that share of the others with a read error
     (:func:`tests.test_bag_sequencer.random_fault`). Tables and gradients at random
@@ -189,7 +192,7 @@ def cases(rng: random.Random, n: int, faults: float = 0.0,
         c = random_case(rng, alloc)
         while updates_only and c.fields["kind"] != DescKind.UPDATE.value:
             c = random_case(rng, alloc)
-        spread(rng, c, 0.5 if updates_only else 0.25)
+        spread(rng, c, 0.5 if updates_only else 0.25, slots)
         if rng.random() < 0.15:             # a descriptor failing its checks
             if rng.random() < 0.5:
                 c.fields["rows"] = 0        # every index out of range
@@ -221,15 +224,18 @@ def cases(rng: random.Random, n: int, faults: float = 0.0,
 
 def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
          traffic: Traffic, faults: float = 0.0, updates_only: bool = False,
-         write_time: int = 30, scratch_host: bool | None = None) -> dict:
+         write_time: int = 30, scratch_host: bool | None = None,
+         updates: int = 2, slots: tuple[int, ...] = _SLOTS) -> dict:
     """A random run (module docstring); ``write_time``: the most cycles the scatter
-    takes from an UPDATE's last item to its writes durable; ``scratch_host`` None:
+    takes from an UPDATE's last item to its writes durable; ``updates``: the pool's
+    parameter (UPDATEs begun and not durable at once); ``scratch_host`` None:
     random."""
     rng = random.Random(seed)
-    dut = SequencerPool(addr_width=ADDR_WIDTH, id_width=ID_WIDTH, sequencers=sequencers)
+    dut = SequencerPool(addr_width=ADDR_WIDTH, id_width=ID_WIDTH, sequencers=sequencers,
+                        updates=updates)
     model = PmemModel(size=PMEM_SIZE, rng=random.Random(seed + 1),
                       timing=PmemTiming(read_latency=12, jitter=12))
-    descs = cases(rng, n, faults, updates_only)
+    descs = cases(rng, n, faults, updates_only, slots)
     port = ReadPort(dut.pmem, model, rng, traffic,
                     read_errors(descs, random.Random(seed + 2)))
     for c in descs:
@@ -240,7 +246,7 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
     # Rows of LOOKUPs with capture_undo, by their ``bad``; UPDATEs whose rows went while
     # the UPDATE before them was not durable.
     stats = {"overlap": 0, "capture_good": 0, "capture_bad": 0, "early_updates": 0,
-             "overlap_pulses": 0}
+             "overlap_pulses": 0, "deepest": 0}
     if scratch_host is None:
         scratch_host = rng.random() < 0.5
     rows_l, upd_l = rows_layout(ADDR_WIDTH), update_layout(ADDR_WIDTH)
@@ -255,7 +261,8 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
         checked_for = -1            # the descriptor of the last update_checked
         row_early = -1              # the last UPDATE counted in ``early_updates``
         # The scatter: UPDATEs whose turn began and whose writes are not durable, oldest
-        # first, each [descriptor, rows gone, fed, cycle of the next pulse].
+        # first, each [descriptor, rows gone, fed, cycle of the fed pulse, cycle of the
+        # done pulse]. They are fed in order, and report durable in order.
         scatter: list[list] = []
         ahead_for: set[int] = set()     # the descriptors ``ahead`` named
         ctx.set(dut.scratch_host, scratch_host)
@@ -267,9 +274,10 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
             ctx.set(dut.i_desc.valid, cur is not None)
             ctx.set(dut.o_rows.ready, not rng.random() < bp)
             ctx.set(dut.o_status.ready, not rng.random() < bp)
+            feedee = next((e for e in scatter if not e[2]), None)
+            fed = feedee is not None and feedee[1] and port.cycle >= feedee[3]
             head = scatter[0] if scatter else None
-            fed = head is not None and head[1] and not head[2] and port.cycle >= head[3]
-            pulse = head is not None and head[2] and port.cycle >= head[3]
+            pulse = head is not None and head[2] and port.cycle >= head[4]
             ctx.set(dut.i_update_fed, fed)
             ctx.set(dut.i_update_done, pulse)
             (d_ready, r_valid, r_ready, r_p, s_valid, s_ready, s_p, start, upd, checked,
@@ -317,24 +325,28 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                 assert overlapping == bool(scatter) or durable_at == cycle - 1, (
                     f"update_overlap {overlapping} ({where})")
                 stats["overlap_pulses"] += overlapping
-                scatter.append([out, False, False, 0])
+                scatter.append([out, False, False, 0, 0])
             # The feed ends an UPDATE only after its status has gone on with OK (the
             # engine's ``update_finish``); a failed one is never fed.
             if (s_valid and s_ready and f["kind"] == DescKind.UPDATE.value
                     and unpack(STATUS, s_p)["status"] == 0 and scatter[-1][0] == out
                     and not scatter[-1][1]):
-                scatter[-1][1:] = [True, False, cycle + rng.randint(0, 20)]
+                scatter[-1][1:4] = [True, False, cycle + rng.randint(0, 20)]
             if r_valid and r_ready:
                 earlier = [e for e in scatter if e[0] != out]
                 if f["kind"] != DescKind.UPDATE.value:
                     assert not earlier, f"a row passed before the UPDATE was durable ({where})"
                 elif earlier:
-                    e = earlier[0]
-                    assert len(earlier) == 1 and e[2], (
-                        f"an UPDATE row passed before the UPDATE before it was fed ({where})")
-                    assert apart(f, descs[e[0]].fields, scratch_host), (
-                        f"an UPDATE row passed before the overlapping UPDATE before it "
-                        f"was durable ({where})")
+                    assert len(earlier) < updates, (
+                        f"an UPDATE row passed with {len(earlier)} earlier UPDATEs not "
+                        f"durable ({where})")
+                    for e in earlier:
+                        assert e[2], (f"an UPDATE row passed before an UPDATE before it "
+                                      f"was fed ({where})")
+                        assert apart(f, descs[e[0]].fields, scratch_host), (
+                            f"an UPDATE row passed before an overlapping UPDATE before it "
+                            f"was durable ({where})")
+                    stats["deepest"] = max(stats["deepest"], len(earlier))
                     if row_early != out:
                         stats["early_updates"] += 1
                         row_early = out
@@ -369,7 +381,8 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                         scatter.pop()
                 out += 1
             if fed:
-                head[2:] = [True, cycle + 1 + rng.randint(0, write_time)]
+                feedee[2] = True
+                feedee[4] = cycle + 1 + rng.randint(0, write_time)
             if pulse:
                 scatter.pop(0)
                 durable_at = cycle
@@ -398,16 +411,20 @@ def test_rows_in_order_with_context(seed, sequencers, traffic, idle, bp):
         assert stats["overlap"], "no descriptor was taken while an earlier one streamed"
 
 
+@pytest.mark.parametrize("updates", [2, 4])
 @pytest.mark.parametrize("scratch_host", [False, True], ids=["pmem_scratch", "host_scratch"])
 @pytest.mark.parametrize("sequencers", [1, 4])
-def test_updates_of_apart_tables_overlap(seed, sequencers, scratch_host):
+def test_updates_of_apart_tables_overlap(seed, sequencers, scratch_host, updates):
     """Random UPDATEs only, writes that take up to 300 cycles: an UPDATE's rows go on
-    while the UPDATE before it is still writing only when both are apart (checked on
-    every row; gradients in PMEM count), and some do."""
+    while UPDATEs before it are still writing only when it is apart from each of them
+    (checked on every row; gradients in PMEM count), fewer than ``updates`` of them,
+    and some do (with ``updates`` 4, some with two or more before them)."""
     stats = _run(seed, sequencers, n=40, idle=0.1, bp=0.1, traffic=SMOOTH,
-                 updates_only=True, write_time=300, scratch_host=scratch_host)
+                 updates_only=True, write_time=300, scratch_host=scratch_host,
+                 updates=updates, slots=_SLOTS if updates == 2 else _MANY_SLOTS)
     print(stats)
     assert stats["early_updates"], "no UPDATE overlapped the one before it"
+    assert updates == 2 or stats["deepest"] >= 2, "no UPDATE overlapped two before it"
     assert stats["overlap_pulses"] >= stats["early_updates"], "update_overlap missed some"
     assert stats["ahead"] or not scratch_host, "no UPDATE's gradients offered ahead"
 
@@ -429,6 +446,8 @@ def test_read_errors(seed, sequencers):
     ({"addr_width": 24, "id_width": 4, "sequencers": 0}, "sequencers must be at least 1, not 0"),
     ({"addr_width": 24, "id_width": 2, "sequencers": 3},
      "id_width must be above 2 for 3 sequencers, not 2"),
+    ({"addr_width": 24, "id_width": 4, "sequencers": 2, "updates": 0},
+     "updates must be between 1 and 16, not 0"),
 ])
 def test_rejects_bad_parameters(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -102,8 +102,9 @@ class CoalescedUpdate(wiring.Component):
     accumulation; a row is read once per
     descriptor whatever its number of occurrences, and before it is written (distinct
     rows of a table never share a line). The reads of a descriptor may pass the writes
-    of the one before it (below): the engine sends the items of an UPDATE whose table
-    is not apart from the previous UPDATE's only after that one's ``o_done``.
+    of the ones before it (below): the engine sends the items of an UPDATE whose table
+    is not apart from that of every earlier UPDATE without its ``o_done`` only after
+    their ``o_done``.
 
     **Overflow.** A new row beyond ``acc_rows`` entries or ``acc_lines`` lines sets
     ``overflow``; its items and those of later new rows are dropped, and at ``last`` no
@@ -121,12 +122,14 @@ class CoalescedUpdate(wiring.Component):
     descriptor starts with an empty table); each buffered line is
     added to its sums (16 lanes; a bf16 line as two halves in two cycles), rounded
     (bf16) and written back with a single-beat burst, every byte strobed (padding
-    elements keep the bits read). Once every line has been sent (AW and W), and the
-    descriptor before has reported, the descriptor becomes the *tail* and the next
-    descriptor's items are taken: the tail's ``o_done`` (registers, held until taken)
-    follows once its own Bs have arrived (they come first: one AXI ID), while the next
-    descriptor accumulates and reads its rows, so a descriptor's write latency overlaps
-    the next one's work. AXI error responses are not checked.
+    elements keep the bits read). Once every line has been sent (AW and W), and fewer
+    than ``tails`` descriptors wait for their Bs, the descriptor joins them (a FIFO of
+    *tails*, each holding its ``o_done`` and the count of AWs sent up to its last) and
+    the next descriptor's items are taken. The oldest tail's ``o_done`` follows once
+    the Bs counted have reached its last AW (Bs come in AW order: one AXI ID), while
+    the later descriptors accumulate, read and write, so the write latencies of up to
+    ``tails`` descriptors overlap the next one's work. AXI error responses are not
+    checked.
 
     **Throughput.** Accumulation takes one item per cycle, plus one cycle per probe past
     a row's home bucket and the waits above, while the prefetch reads keep pace; apply
@@ -153,6 +156,9 @@ class CoalescedUpdate(wiring.Component):
         None: ``acc_rows * 2**ceil(log2 max_items)``.
     fetch_lines : int
         Prefetch bursts in flight, a power of two from 4 to 1024.
+    tails : int
+        Descriptors whose lines have all been sent that may wait for their Bs at once,
+        1 to 16.
 
     Members
     -------
@@ -173,7 +179,7 @@ class CoalescedUpdate(wiring.Component):
     """
 
     def __init__(self, *, addr_width: int, id_width: int, acc_rows: int, max_items: int,
-                 acc_lines: int | None = None, fetch_lines: int = 32):
+                 acc_lines: int | None = None, fetch_lines: int = 32, tails: int = 1):
         self._addr_width = check_int("addr_width", addr_width, 12, 64)
         self._id_width = check_int("id_width", id_width, 1, 16)
         self._acc_rows = check_pow2("acc_rows", acc_rows, 2, 4096)
@@ -182,6 +188,7 @@ class CoalescedUpdate(wiring.Component):
             acc_lines = acc_rows << (max_items - 1).bit_length()
         self._acc_lines = check_pow2("acc_lines", acc_lines, max(2, self._max_items), 1 << 16)
         self._fetch_lines = check_pow2("fetch_lines", fetch_lines, 4, 1024)
+        self._tails = check_int("tails", tails, 1, 16)
         super().__init__({
             "i_ctrl": In(ctrl_layout(addr_width)),
             "i_items": In(stream.Signature(ITEM)),
@@ -197,6 +204,7 @@ class CoalescedUpdate(wiring.Component):
     max_items = property(lambda self: self._max_items)
     acc_lines = property(lambda self: self._acc_lines)
     fetch_lines = property(lambda self: self._fetch_lines)
+    tails = property(lambda self: self._tails)
 
     def elaborate(self, platform):
         m = Module()
@@ -327,18 +335,26 @@ class CoalescedUpdate(wiring.Component):
 
         # --- the control
         ar_line = Signal(7)
-        # AWs without a B: the PMEM port bounds them, not the write queue, so up to
-        # every line of the tail and of the descriptor applying (each at most
-        # ``acc_lines``).
-        owed = Signal(range(2 * self._acc_lines + 1))
+        # AWs and Bs counted since reset, modulo ``2**cnt_bits``: AWs without a B are at
+        # most every line of the tails and of the descriptor applying (each at most
+        # ``acc_lines``), below half the counters' range, so "the Bs have reached a
+        # mark" is the sign of their difference.
+        cnt_bits = ((self._tails + 1) * self._acc_lines).bit_length() + 1
+        aw_count, b_count = Signal(cnt_bits), Signal(cnt_bits)
         aw_taken = axi.awvalid & axi.awready
         b_taken = axi.bvalid & axi.bready
-        m.d.sync += owed.eq(owed + aw_taken - b_taken)
+        m.d.sync += [aw_count.eq(aw_count + aw_taken), b_count.eq(b_count + b_taken)]
         apply_busy = Signal()
         applying = Signal()
-        tail = Signal()                             # a descriptor waits for its Bs / report
-        tail_owed = Signal.like(owed)               # ... its AWs without a B
-        tail_done = Signal(DONE)                    # ... its ``o_done``
+        # The tails: descriptors waiting for their Bs / report, oldest first, each its
+        # ``o_done`` and the AW count after its last AW.
+        # (registers: slot 0 the oldest, ``n_tails`` of them valid).
+        tail_layout = data.StructLayout({"mark": cnt_bits, "done": DONE})
+        tail_q = [Signal(tail_layout, name=f"tail{k}") for k in range(self._tails)]
+        n_tails = Signal(range(self._tails + 1))
+        tail_in = Signal(tail_layout)
+        tail_push, tail_pop = Signal(), Signal()
+        tail_head = tail_q[0]
 
         with m.FSM(init="CLEAR"):
             with m.State("CLEAR"):
@@ -423,9 +439,9 @@ class CoalescedUpdate(wiring.Component):
             with m.State("APPLY"):
                 # Walk the entries: clear each one's bucket (every valid slot belongs to
                 # an entry, so clearing both is right) and queue its row (none on
-                # overflow or a read error); once every line has been sent (and the
-                # previous descriptor has reported), the descriptor becomes the tail,
-                # which reports once its Bs are back, and the next one may start.
+                # overflow or a read error); once every line has been sent (and a tail
+                # is free), the descriptor becomes a tail, which reports once its Bs
+                # are back, and the next one may start.
                 # ``entry_r`` is presented the entry after ``walk`` as the walk
                 # advances, so it holds ``walk``'s entry in every cycle (one row per
                 # cycle).
@@ -437,25 +453,31 @@ class CoalescedUpdate(wiring.Component):
                         row_q.w_en.eq(~no_write),
                     ]
                     m.d.sync += walk.eq(walk + 1)
-                with m.If(~walking & ~apply_busy & ~fetching & ~tail):
-                    m.d.sync += [tail.eq(1), tail_owed.eq(owed - b_taken),
-                                 tail_done.rows_written.eq(Mux(no_write, 0, count)),
-                                 tail_done.updates.eq(updates),
-                                 tail_done.overflow.eq(overflow),
-                                 tail_done.read_error.eq(bad),
-                                 count.eq(0), lines_used.eq(0), updates.eq(0),
+                with m.If(~walking & ~apply_busy & ~fetching & (n_tails != self._tails)):
+                    m.d.comb += [tail_push.eq(1),
+                                 tail_in.mark.eq(aw_count + aw_taken),
+                                 tail_in.done.rows_written.eq(Mux(no_write, 0, count)),
+                                 tail_in.done.updates.eq(updates),
+                                 tail_in.done.overflow.eq(overflow),
+                                 tail_in.done.read_error.eq(bad)]
+                    m.d.sync += [count.eq(0), lines_used.eq(0), updates.eq(0),
                                  overflow.eq(0), bad.eq(0), drop.eq(0), walk.eq(0),
                                  fetched.eq(0)]
                     m.next = "RUN"
 
-        # The tail: the descriptor whose lines have all been sent, reporting once its Bs
-        # are back (they come before the next descriptor's: one AXI ID, in order).
-        m.d.comb += [self.o_done.valid.eq(tail & (tail_owed == 0)),
-                     self.o_done.payload.eq(tail_done)]
-        with m.If(tail & b_taken & (tail_owed != 0)):
-            m.d.sync += tail_owed.eq(tail_owed - 1)
-        with m.If(self.o_done.valid & self.o_done.ready):
-            m.d.sync += tail.eq(0)
+        # The oldest tail reports once the Bs counted have reached its mark (its own Bs
+        # come before any later descriptor's: one AXI ID, in order).
+        behind = Signal(cnt_bits)
+        m.d.comb += [behind.eq(b_count - tail_head.mark),
+                     self.o_done.valid.eq((n_tails != 0) & ~behind[-1]),
+                     self.o_done.payload.eq(tail_head.done),
+                     tail_pop.eq(self.o_done.ready & self.o_done.valid)]
+        m.d.sync += n_tails.eq(n_tails + tail_push - tail_pop)
+        for k, t in enumerate(tail_q):
+            with m.If(tail_push & (n_tails - tail_pop == k)):
+                m.d.sync += t.eq(tail_in)
+            with m.Elif(tail_pop & (k + 1 < self._tails)):
+                m.d.sync += t.eq(tail_q[min(k + 1, self._tails - 1)])
 
         # Prefetch AR: the head row's lines in one burst, or two where the row crosses a
         # 4 KiB boundary, while the line queue has room (it bounds the bursts in

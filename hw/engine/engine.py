@@ -229,6 +229,9 @@ class Engine(wiring.Component):
     #: AXI ID bits the engine's PMEM arbiter adds to name its managers: each manager
     #: gets ``axi_id_width - MANAGER_ID_BITS`` bits (``DeviceConfig`` checks the budget).
     MANAGER_ID_BITS = (len(_MANAGERS) - 1).bit_length()
+    #: UPDATEs whose row writes may wait for their Bs at once while the next UPDATE of
+    #: another table is summed and applied (``docs/embedding.md``, "Execution order").
+    UPDATE_TAILS = 4
 
     def elaborate(self, platform):
         m = Module()
@@ -243,7 +246,7 @@ class Engine(wiring.Component):
             update_acc=(cfg.update_acc_rows, cfg.update_acc_lines))
         m.submodules.sequencers = seqs = SequencerPool(
             addr_width=aw, id_width=id_width, sequencers=cfg.engine_sequencers,
-            replay_lines=cfg.seq_replay_lines)
+            replay_lines=cfg.seq_replay_lines, updates=self.UPDATE_TAILS + 1)
         m.submodules.gather = gather = RowGather(
             addr_width=aw, id_width=id_width, rob_lines=cfg.gather_rob_lines,
             max_lines_per_row=max_lines)
@@ -254,7 +257,7 @@ class Engine(wiring.Component):
         m.submodules.scatter = scatter = CoalescedUpdate(
             addr_width=aw, id_width=id_width, acc_rows=cfg.update_acc_rows,
             max_items=max_lines, acc_lines=cfg.update_acc_lines,
-            fetch_lines=cfg.gather_rob_lines)
+            fetch_lines=cfg.gather_rob_lines, tails=self.UPDATE_TAILS)
         m.submodules.completion = comp = Completion(addr_width=aw, id_width=id_width)
         m.submodules.status_q = status_q = SyncFIFOBuffered(width=STATUS.size, depth=_QUEUE)
         m.submodules.logger = logger = UndoLogger(

@@ -62,12 +62,13 @@ class SequencerPool(wiring.Component):
     never reports): later descriptors read what it wrote. One exception lets UPDATEs of
     different tables overlap: an UPDATE that has passed its checks begins its turn as
     soon as the UPDATE before it has handed all its items to the scatter
-    (``i_update_fed``) if its table, and its gradients unless they are in GPU memory
-    (``scratch_host``), do not overlap that UPDATE's table (byte ranges ``table_base``
-    + ``rows * lines_per_row * 64`` and ``data_addr`` + ``num_bags * glines * 64``).
-    Its gradients are then read while the earlier UPDATE's rows are read and written;
-    the scatter takes its items once the earlier UPDATE has sent its last write, and
-    reads its rows (in another table) while those writes complete. With the gradients in
+    (``i_update_fed``) if fewer than ``updates`` UPDATEs have begun and are not yet
+    durable, and its table, and its gradients unless they are in GPU memory
+    (``scratch_host``), overlap none of their tables (byte ranges ``table_base`` +
+    ``rows * lines_per_row * 64`` and ``data_addr`` + ``num_bags * glines * 64``).
+    Its gradients are then read while the earlier UPDATEs' rows are read and written;
+    the scatter takes its items once the UPDATE before has sent its last write, and
+    reads its rows (in another table) while the earlier writes complete. With the gradients in
     GPU memory, the UPDATE whose turn is next may have them read even before its turn
     (``ahead``, once it has passed its checks). As an UPDATE's turn begins,
     ``update`` takes its settings and ``update_start`` pulses. Each row says whether it
@@ -94,6 +95,9 @@ class SequencerPool(wiring.Component):
     replay_lines : int
         Lines of each sequencer's replay store (0: none; see
         :class:`~.bag_sequencer.BagSequencer`).
+    updates : int
+        UPDATEs whose turn may have begun while their writes are not durable, 1 to 16
+        (the scatter's tails plus the one it applies; 1: no overlap).
 
     Members
     -------
@@ -126,7 +130,7 @@ class SequencerPool(wiring.Component):
     """
 
     def __init__(self, *, addr_width: int, id_width: int, sequencers: int,
-                 replay_lines: int = 0):
+                 replay_lines: int = 0, updates: int = 2):
         if sequencers < 1:
             raise ValueError(f"sequencers must be at least 1, not {sequencers}")
         seq_bits = (sequencers - 1).bit_length()
@@ -137,6 +141,9 @@ class SequencerPool(wiring.Component):
         self._id_width = id_width
         self._sequencers = sequencers
         self._replay_lines = replay_lines
+        if not 1 <= updates <= 16:
+            raise ValueError(f"updates must be between 1 and 16, not {updates}")
+        self._updates = updates
         super().__init__({
             "i_desc": In(stream.Signature(Descriptor)),
             "o_rows": Out(stream.Signature(rows_layout(addr_width))),
@@ -223,37 +230,53 @@ class SequencerPool(wiring.Component):
         # The byte ranges the turn's UPDATE writes (its table) and reads its gradients
         # from, registered from ``cur``: valid while ``ranges_of`` is the turn and its
         # sequencer has passed its checks (cycles after it took the descriptor).
-        t_end, g_end, upd_t_end = Signal(80), Signal(80), Signal(80)
+        t_end, g_end, t_end_now = Signal(80), Signal(80), Signal(80)
         ranges_of = Signal.like(turn)
-        m.d.sync += [t_end.eq(cur.table_base + ((cur.rows * lpr) << _LINE_SHIFT)),
+        m.d.comb += t_end_now.eq(cur.table_base + ((cur.rows * lpr) << _LINE_SHIFT))
+        m.d.sync += [t_end.eq(t_end_now),
                      g_end.eq(cur.data_addr + ((cur.num_bags * cur_fp32) << _LINE_SHIFT)),
                      ranges_of.eq(turn)]
-        # ... and the end of ``upd``'s table (a cycle after ``upd`` changes; it is next
-        # compared once ``upd``'s items have all been taken).
         upd_lpr, upd_fp32, upd_bf16 = _lines(m, upd, "upd")
-        m.d.sync += upd_t_end.eq(upd.table_base + ((upd.rows * upd_lpr) << _LINE_SHIFT))
 
         def apart(lo, hi, lo2, hi2):
             return (hi <= lo2) | (hi2 <= lo)
-        # UPDATEs whose turn began and whose writes are not durable (at most the one the
-        # scatter applies and the one whose items it takes next); ``feeding``: the last
-        # of them has items the scatter has not taken.
-        pending = Signal(2)
+        # UPDATEs whose turn began and whose writes are not durable (at most ``updates``:
+        # the one the scatter applies, the tails waiting for their Bs and the one whose
+        # items it takes next), oldest first, each with its table's byte range
+        # (``tables``; slot ``k`` valid for ``k < pending``); ``feeding``: the last of
+        # them has items the scatter has not taken.
+        depth = self._updates
+        pending = Signal(range(depth + 1))
+        tables = [Signal(data.StructLayout({"lo": 80, "hi": 80}), name=f"pending{k}")
+                  for k in range(depth)]
         feeding = Signal()
-        overlap = (cur_update & passed & (ranges_of == turn) & ~feeding & (pending == 1)
-                   & apart(cur.table_base, t_end, upd.table_base, upd_t_end)
-                   & (self.scratch_host | apart(cur.data_addr, g_end, upd.table_base,
-                                                upd_t_end)))
+        clear = [(k >= pending) | apart(cur.table_base, t_end, t.lo, t.hi)
+                 & (self.scratch_host | apart(cur.data_addr, g_end, t.lo, t.hi))
+                 for k, t in enumerate(tables)]
+        overlap = (cur_update & passed & (ranges_of == turn) & ~feeding
+                   & (pending != 0) & (pending != depth))
+        for c in clear:
+            overlap = overlap & c
         m.d.sync += [self.update_start.eq(0), self.update_overlap.eq(0)]
         status_out = status.valid & status.ready
         failed = status_out & cur_update & status.p.status.any()
         opens = held & ~opened & ((pending == 0) | overlap)
+        done = self.i_update_done
         with m.If(opens):
             m.d.sync += opened.eq(1)
             with m.If(cur_update):
                 m.d.sync += [upd.eq(cur), self.update_start.eq(1), feeding.eq(1),
                              self.update_overlap.eq(pending != 0)]
-        m.d.sync += pending.eq(pending + (opens & cur_update) - self.i_update_done - failed)
+        m.d.sync += pending.eq(pending + (opens & cur_update) - done - failed)
+        # The ranges: a durable UPDATE (the oldest) leaves by a shift; a failed one (the
+        # newest, whose turn it is) just leaves the count; an UPDATE whose turn begins
+        # takes the slot after the others (never in the cycle of a failure).
+        for k, t in enumerate(tables):
+            with m.If(opens & cur_update & (pending - done == k)):
+                m.d.sync += [t.lo.eq(cur.table_base), t.hi.eq(t_end_now)]
+            with m.Elif(done):
+                if k + 1 < depth:
+                    m.d.sync += t.eq(tables[k + 1])
         # Every LOOKUP before the turn's UPDATE completed before that UPDATE was taken
         # from the ring (the dispatcher's rule), and UPDATEs write only PMEM: once it
         # has passed its checks, its gradients in GPU memory may be read now.
