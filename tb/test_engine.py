@@ -243,9 +243,10 @@ async def test_engine_counters_and_status(dut):
     ENG_UPD_DISTINCT_ROWS the sum of the UPDATEs' rows_written; the per-kind
     ENG_PMEM_RD_* / ENG_PMEM_WR_* against the workload's rows, gradients and distinct
     rows, summing to the totals; ENG_STATUS.INIT set until the UPDATE hash table is
-    cleared (update_acc_rows cycles after reset); ENG_STATUS idle at the end."""
+    cleared (2 * update_acc_rows cycles after reset: two halves); ENG_STATUS idle at
+    the end."""
     async def init_clears(tb):
-        clear = tb.config.update_acc_rows
+        clear = 2 * tb.config.update_acc_rows
         status = await tb.csr.read_fields("ENG_STATUS")
         assert tb.loop.cycle < clear, f"the first CSR read ended at {tb.loop.cycle}: too late"
         assert status.init, f"ENG_STATUS {status} at cycle {tb.loop.cycle}: INIT not set"

@@ -532,6 +532,14 @@ def compare(got: list[tuple], want: list[tuple]) -> None:
     ({"addr_width": 30, "id_width": 1}, "id_width must be an integer from 2 to 16, not 1"),
     ({"addr_width": 30, "id_width": 17}, "id_width must be an integer from 2 to 16, not 17"),
     ({"addr_width": 30, "id_width": True}, "id_width must be an integer from 2 to 16, not True"),
+    ({"addr_width": 30, "id_width": 4, "replay_lines": 1},
+     "replay_lines must be an integer from 2 to 4096, not 1"),
+    ({"addr_width": 30, "id_width": 4, "replay_lines": 24},
+     "replay_lines must be a power of two, not 24"),
+    ({"addr_width": 30, "id_width": 4, "replay_lines": 8192},
+     "replay_lines must be an integer from 0 to 4096, not 8192"),
+    ({"addr_width": 30, "id_width": 4, "replay_lines": 16.0},
+     "replay_lines must be an integer from 0 to 4096, not 16.0"),
 ])
 def test_rejects_bad_parameters(kwargs, message):
     with pytest.raises(ValueError, match=f"^{message}$"):

@@ -334,6 +334,7 @@ class Observed:
     reads: Counter              # line address -> lines read (AR)
     writes: Counter             # line address -> lines written (AW)
     errors: list[str] = field(default_factory=list)
+    last_aw: dict[int, int] = field(default_factory=dict)   # descriptor -> cycle of its last AW
 
 
 #: Cycles after the last ``o_done`` in which the block must stay quiet.
@@ -399,6 +400,8 @@ def run(dut: CoalescedUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
             for c in pools:
                 if c[n][addr]:
                     c[n][addr] -= 1
+                    if kind == "AW":
+                        obs.last_aw[n] = cycle
                     return
         obs.errors.append(f"cycle {cycle}: {kind} of line {where(addr)} owed by no "
                           f"descriptor in progress ({len(obs.dones)} to {upto})")
@@ -483,7 +486,7 @@ def run(dut: CoalescedUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
                 p.awid, p.awaddr, p.awlen, p.awsize, p.awburst)
             ar, aw = tuple(addr[:5]), tuple(addr[5:])
             if init:
-                # The hash table is cleared in the first acc_rows cycles only, taking
+                # The hash table is cleared in the first 2 * acc_rows cycles only, taking
                 # no item.
                 if cycle != init_cycles or i_ready:
                     obs.errors.append(f"cycle {cycle}: init high after {init_cycles} init "
@@ -544,8 +547,8 @@ def run(dut: CoalescedUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
                                                     for a, c in list(left.items())[:6]))
             cycle += 1
         obs.cycles = cycle
-        if init_cycles != dut.acc_rows:
-            obs.errors.append(f"init high for {init_cycles} cycles, not acc_rows")
+        if init_cycles != 2 * dut.acc_rows:
+            obs.errors.append(f"init high for {init_cycles} cycles, not 2 * acc_rows")
         for k in range(TAIL):
             _, _, *valids = await ctx.tick().sample(dut.o_done.valid, p.arvalid, p.awvalid,
                                                     p.wvalid)
@@ -870,6 +873,25 @@ def test_tails_overlap_write_latencies(seed):
     deep = [n for n in range(2, len(descs)) if 0 <= obs.first_item[n] < obs.done_cycle[n - 2]]
     print(f"descriptors taken before the one two before reported: {deep}")
     assert deep, "no descriptor was taken while two before it waited for their Bs"
+
+
+@pytest.mark.parametrize("tails", [1, 4])
+def test_next_descriptor_accumulates_while_one_applies(seed, tails):
+    """Row reads taking 120 cycles: descriptors of six tables back to back, each one's
+    items taken while the one before still writes its rows (its first item before that
+    one's last AW), tables and ``o_done`` as the golden model says."""
+    nrng = np.random.default_rng(seed)
+    model = PmemModel(size=PMEM_SIZE, rng=random.Random(seed),
+                      timing=PmemTiming(read_latency=120, write_latency=8, jitter=8))
+    tables = [make_table(nrng, model, 0x8000 * (n + 1), dtype=FP32 if n % 2 else BF16,
+                         dim=int(nrng.choice([16, 40])), rows=20) for n in range(6)]
+    descs = [random_desc(nrng, t, num_bags=4, weighted=bool(nrng.random() < .5), zipf=None,
+                         end="last") for t in tables]
+    obs = check_run(new_dut(tails=tails), model, tables, descs, seed=seed, traffic=SMOOTH)
+    early = [n for n in range(1, len(descs))
+             if n - 1 in obs.last_aw and 0 <= obs.first_item[n] < obs.last_aw[n - 1]]
+    print(f"descriptors taken before the one before sent its last write: {early}")
+    assert early, "no descriptor was taken while the one before still applied"
 
 
 def test_nop_only_and_single_item_descriptors(seed):

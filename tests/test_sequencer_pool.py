@@ -447,7 +447,7 @@ def test_read_errors(seed, sequencers):
     ({"addr_width": 24, "id_width": 2, "sequencers": 3},
      "id_width must be above 2 for 3 sequencers, not 2"),
     ({"addr_width": 24, "id_width": 4, "sequencers": 2, "updates": 0},
-     "updates must be between 1 and 16, not 0"),
+     "updates must be an integer from 1 to 16, not 0"),
 ])
 def test_rejects_bad_parameters(kwargs, message):
     with pytest.raises(ValueError, match=message):

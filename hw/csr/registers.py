@@ -700,8 +700,8 @@ def _engine_registers() -> Iterable[Register]:
                 Field("SERIAL", 17, 1, "A serialising descriptor (COMMIT, FENCE) "
                       "is waiting for earlier ones or executing."),
                 Field("INIT", 18, 1, "The engine is clearing its on-chip UPDATE tables "
-                      "after reset (one cycle per accumulator entry); an UPDATE rung "
-                      "meanwhile waits for it.")],
+                      "after reset (two cycles per accumulator entry: it has two "
+                      "halves); an UPDATE rung meanwhile waits for it.")],
         doc="Live status of the embedding engine.")
     yield Register(
         "ENG_ERR", 0x430, Kind.W1C, width=3,

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..bus.axi import AXI4Signature
 from ..cxl.messages import LINE_BITS
-from ..widths import is_int
+from ..widths import check_int, check_pow2
 from .bag_emitter import BagEmitter
 from .bag_scan import BAG, BagScan
 from .buffer_check import BufferCheck
@@ -154,14 +154,10 @@ class BagSequencer(wiring.Component):
     """
 
     def __init__(self, *, addr_width: int, id_width: int, replay_lines: int = 0):
-        if not is_int(addr_width) or not 12 <= addr_width <= 48:
-            raise ValueError(f"addr_width must be an integer from 12 to 48, not {addr_width!r}")
-        if not is_int(id_width) or not 2 <= id_width <= 16:
-            raise ValueError(f"id_width must be an integer from 2 to 16, not {id_width!r}")
-        if not is_int(replay_lines) or not (replay_lines == 0 or (
-                2 <= replay_lines <= 4096 and not replay_lines & (replay_lines - 1))):
-            raise ValueError("replay_lines must be 0 or a power of two from 2 to 4096, "
-                             f"not {replay_lines!r}")
+        check_int("addr_width", addr_width, 12, 48)
+        check_int("id_width", id_width, 2, 16)
+        if check_int("replay_lines", replay_lines, 0, 4096):
+            check_pow2("replay_lines", replay_lines, 2, 4096)
         self._addr_width = addr_width
         self._id_width = id_width
         self._replay_lines = replay_lines

@@ -94,11 +94,18 @@ class CoalescedUpdate(wiring.Component):
     same sum line (it would read that line before the earlier sum is written). The
     apply phase below uses the same adders.
 
+    **Two halves.** The hash table, the entries, the sums and the row buffer each hold
+    two halves of the sizes above: one descriptor accumulates (and has its rows read)
+    in one half while the descriptor before it is applied from the other. A descriptor
+    whose accumulation has drained is handed to apply once apply has finished with the
+    one before it (its lines all sent); the next descriptor's items are then taken
+    into the other half at once.
+
     **Prefetch.** A new row is also queued for reading (a new row waits in the stage
     while the 4-row queue is full): its table lines are read with one burst (two when
     the row crosses a 4 KiB boundary; AXI ID 0, so beats return in order), as many
-    bursts in flight as ``fetch_lines``, into a row buffer of ``acc_lines`` lines at its
-    sum lines (table line ``j`` at ``base + j``). The reads thus overlap the
+    bursts in flight as ``fetch_lines``, into the half's row buffer of ``acc_lines``
+    lines at its sum lines (table line ``j`` at ``base + j``). The reads thus overlap the
     accumulation; a row is read once per
     descriptor whatever its number of occurrences, and before it is written (distinct
     rows of a table never share a line). The reads of a descriptor may pass the writes
@@ -116,29 +123,32 @@ class CoalescedUpdate(wiring.Component):
     failed upstream) marks the descriptor: apply then writes no row, as on overflow
     (``o_done.read_error`` set, ``rows_written`` 0).
 
-    **Apply** (after ``last`` and the accumulation's drain): the entries are walked in
-    order, each once its row's lines are all in the buffer (they arrive in entry
-    order; one cycle per row; each entry's bucket is cleared on the way, so the next
-    descriptor starts with an empty table); each buffered line is
-    added to its sums (16 lanes; a bf16 line as two halves in two cycles), rounded
-    (bf16) and written back with a single-beat burst, every byte strobed (padding
-    elements keep the bits read). Once every line has been sent (AW and W), and fewer
-    than ``tails`` descriptors wait for their Bs, the descriptor joins them (a FIFO of
-    *tails*, each holding its ``o_done`` and the count of AWs sent up to its last) and
-    the next descriptor's items are taken. The oldest tail's ``o_done`` follows once
-    the Bs counted have reached its last AW (Bs come in AW order: one AXI ID), while
-    the later descriptors accumulate, read and write, so the write latencies of up to
-    ``tails`` descriptors overlap the next one's work. AXI error responses are not
-    checked.
+    **Apply** (once handed over): the entries are walked in order, each once its
+    row's lines are all in the buffer (rows are read in entry order, across
+    descriptors; one cycle per row; each entry's bucket is cleared on the way, except
+    in a cycle in which the accumulation writes a bucket, so the half is empty when a
+    descriptor after next uses it); each buffered line is added to its sums (16 lanes;
+    a bf16 line as two halves in two cycles), rounded (bf16) and written back with a
+    single-beat burst, every byte strobed (padding elements keep the bits read). Apply
+    and the accumulation share the sums' read port and the adders: a unit of apply
+    issues when the accumulation leaves that slot free and holds the accumulation's
+    issue while it waits, so apply goes first and waits at most two cycles. Once every
+    line has been sent (AW and W), and fewer than ``tails`` descriptors wait for their
+    Bs, the descriptor joins them (a FIFO of *tails*, each holding its ``o_done`` and
+    the count of AWs sent up to its last) and apply may take the next one. The oldest
+    tail's ``o_done`` follows once the Bs counted have reached its last AW (Bs come in
+    AW order: one AXI ID), while the later descriptors accumulate, read and write, so
+    the write latencies of up to ``tails`` descriptors and the row reads of the next
+    one overlap. AXI error responses are not checked.
 
     **Throughput.** Accumulation takes one item per cycle, plus one cycle per probe past
     a row's home bucket and the waits above, while the prefetch reads keep pace; apply
     writes one line per cycle (fp32; a bf16 line in two, one per half) while writes and
     the write queue keep up. An UPDATE thus takes about its gradient lines plus its
-    distinct rows' lines in cycles, plus one PMEM read latency and one write latency
-    (the latter hidden behind the next descriptor's work when it may start early).
+    distinct rows' lines in cycles, plus one PMEM read latency and one write latency,
+    both hidden behind the neighbouring descriptors' work when they may overlap.
 
-    **Reset.** The hash table is cleared for ``acc_rows`` cycles (``init`` high,
+    **Reset.** The hash table's two halves are cleared for ``2 * acc_rows`` cycles (``init`` high,
     ``i_items.ready`` low); a descriptor in progress is dropped.
 
     Parameters
@@ -148,11 +158,12 @@ class CoalescedUpdate(wiring.Component):
     id_width : int
         AXI ID width, 1 to 16 (the block uses ID 0).
     acc_rows : int
-        Distinct rows per descriptor (entries), a power of two from 2 to 4096.
+        Distinct rows per descriptor (entries of a half), a power of two from 2 to 4096.
     max_items : int
         Largest items per counted index (gradient lines per row), 1 to 64.
     acc_lines : int or None
-        fp32 sum lines the entries share, a power of two from ``max_items`` to 65536;
+        fp32 sum lines the entries of a half share, a power of two from ``max_items`` to
+        65536;
         None: ``acc_rows * 2**ceil(log2 max_items)``.
     fetch_lines : int
         Prefetch bursts in flight, a power of two from 4 to 1024.
@@ -213,25 +224,30 @@ class CoalescedUpdate(wiring.Component):
         acc_bits = (self._acc_lines - 1).bit_length()
         # A slot: its row and the row's first sum line (its entry's lines follow); a
         # bucket: two slots.
+        # Every memory has two halves (the top address bit): the descriptor accumulating
+        # uses one, the descriptor applying the other. A line address (``line_bits``)
+        # is a line of a half and the half.
+        line_bits = acc_bits + 1
         slot_layout = data.StructLayout({"valid": 1, "row": 32, "base": acc_bits})
         bucket_layout = data.ArrayLayout(slot_layout, 2)
         entry_layout = data.StructLayout({"row": 32, "bucket": entry_bits,
-                                          "base": acc_bits})
+                                          "base": line_bits})
 
-        m.submodules.buckets = buckets = Memory(shape=bucket_layout, depth=self._acc_rows,
-                                                init=[])
+        m.submodules.buckets = buckets = Memory(shape=bucket_layout,
+                                                depth=2 * self._acc_rows, init=[])
         slot_w = buckets.write_port()
         slot_r = buckets.read_port(transparent_for=(slot_w,))
-        m.submodules.entries = entries = Memory(shape=entry_layout, depth=self._acc_rows,
-                                                init=[])
+        m.submodules.entries = entries = Memory(shape=entry_layout,
+                                                depth=2 * self._acc_rows, init=[])
         entry_w = entries.write_port()
         entry_r = entries.read_port(transparent_for=(entry_w,))
-        m.submodules.sums = sums = Memory(shape=LINE_BITS, depth=self._acc_lines, init=[])
+        m.submodules.sums = sums = Memory(shape=LINE_BITS, depth=2 * self._acc_lines,
+                                          init=[])
         sum_w = sums.write_port()
         sum_r = sums.read_port(transparent_for=(sum_w,))
         # The distinct rows' lines, read from PMEM while the accumulation runs: table
         # line ``j`` of the row whose sums start at ``base`` at ``base + j``.
-        m.submodules.row_buf = row_buf = Memory(shape=LINE_BITS, depth=self._acc_lines,
+        m.submodules.row_buf = row_buf = Memory(shape=LINE_BITS, depth=2 * self._acc_lines,
                                                 init=[])
         buf_w = row_buf.write_port()
         buf_r = row_buf.read_port()
@@ -245,6 +261,7 @@ class CoalescedUpdate(wiring.Component):
         take = Signal()                             # ``i_items`` transfers now
         m.d.comb += take.eq(items.valid & items.ready)
         ctrl = Signal(ctrl_layout(aw))              # the copy taken with the staged item
+        half = Signal()                             # the accumulation's half
         count = Signal(entry_bits + 1)              # entries allocated (distinct rows)
         updates = Signal(32)                        # counted indices
         overflow = Signal()
@@ -265,15 +282,15 @@ class CoalescedUpdate(wiring.Component):
                 m.d.sync += bad.eq(1)
 
         # --- accumulation pipeline: positions 1 .. _ACC_WRITE after issue
-        acc_meta = data.StructLayout({"addr": acc_bits})
+        acc_meta = data.StructLayout({"addr": line_bits})
         valid = [None] + [Signal(name=f"a{k}_valid") for k in range(1, _ACC_WRITE + 1)]
         meta = [None] + [Signal(acc_meta, name=f"a{k}_meta") for k in range(1, _ACC_WRITE + 1)]
         fresh_at = [None] + [Signal(name=f"a{k}_fresh") for k in range(1, _ACC_WRITE + 1)]
         issue = Signal()
         issue_base = Signal(acc_bits)               # the index's first sum line
         issue_fresh = Signal()
-        issue_addr = Signal(acc_bits)
-        m.d.comb += issue_addr.eq(issue_base + item.line)
+        issue_addr = Signal(line_bits)
+        m.d.comb += issue_addr.eq(Cat((issue_base + item.line)[:acc_bits], half))
         m.d.sync += [valid[1].eq(issue), meta[1].addr.eq(issue_addr), fresh_at[1].eq(issue_fresh)]
         for k in range(1, _ACC_WRITE):
             m.d.sync += [valid[k + 1].eq(valid[k]), meta[k + 1].eq(meta[k]),
@@ -285,20 +302,25 @@ class CoalescedUpdate(wiring.Component):
         m.d.comb += acc_busy.eq(Cat(*valid[1:]).any())
 
         # --- prefetch: each new row's lines read into the row buffer during accumulation
-        row_q_layout = data.StructLayout({"addr": aw, "base": acc_bits})
+        # A row to read or apply: its first byte, its first line in the buffer and sums
+        # (with the half) and its table lines.
+        row_q_layout = data.StructLayout({"addr": aw, "base": line_bits, "lines": 7})
         m.submodules.fetch_q = fetch_q = SyncFIFOBuffered(width=row_q_layout.size, depth=4)
         # Per burst in flight (beats return in order: AXI ID 0), its first row-buffer
         # line, its beats less one, and whether it ends its row.
-        lq_layout = data.StructLayout({"base": acc_bits, "len": 6, "row_end": 1})
+        lq_layout = data.StructLayout({"base": line_bits, "len": 6, "row_end": 1})
         m.submodules.line_q = line_q = SyncFIFOBuffered(width=lq_layout.size,
                                                         depth=self._fetch_lines)
-        fetched = Signal(entry_bits + 1)            # entries whose lines are all buffered
-        fetching = Signal()
-        m.d.comb += fetching.eq(fetch_q.level.any() | line_q.level.any())
+        # Rows whose lines are all buffered, and rows walked, since reset (modulo
+        # ``2**(entry_bits + 2)``; rows are read and walked in allocation order, and
+        # the walk never passes the reads, so it may take a row while they differ).
+        fetched = Signal(entry_bits + 2)
+        walked = Signal(entry_bits + 2)
 
-        # One bank of adders serves both phases (accumulation and apply never overlap:
-        # apply starts once the accumulation has drained, and the next descriptor's
-        # items only after apply has sent its last line).
+        # One bank of adders serves both phases: the accumulation of one descriptor
+        # uses them at its position _MUL_STAGES, the apply of the one before at its
+        # position 1; apply issues a unit only when that slot is free, and holds the
+        # accumulation's issue while it has a unit to issue.
         muls = [FpMul(stages=_MUL_STAGES) for _ in range(LINE_ELEMS)]
         adds = [FpAdd(stages=_ADD_STAGES) for _ in range(LINE_ELEMS)]
         for e in range(LINE_ELEMS):
@@ -322,16 +344,32 @@ class CoalescedUpdate(wiring.Component):
         m.submodules.row_q = row_q = SyncFIFOBuffered(width=row_q_layout.size, depth=4)
         wq_layout = data.StructLayout({"addr": aw, "data": LINE_BITS})
         m.submodules.w_q = w_q = SyncFIFOBuffered(width=wq_layout.size, depth=_WQ_DEPTH)
+        # The descriptor applying: its half, settings and totals, taken from the
+        # accumulation when it hands over.
+        ap_active = Signal()
+        ap_half = Signal()
+        ap_ctrl = Signal(ctrl_layout(aw))
+        ap_count = Signal(entry_bits + 1)
+        ap_updates = Signal(32)
+        ap_overflow = Signal()
+        ap_bad = Signal()
+        ap_no_write = Signal()
+        m.d.comb += ap_no_write.eq(ap_overflow | ap_bad)
+        ap_items = Signal(8)                        # items (units) per row
+        m.d.comb += ap_items.eq(Mux(ap_ctrl.bf16, ap_ctrl.lines_per_row << 1,
+                                    ap_ctrl.lines_per_row))
+        handover = Signal()                         # the accumulation hands over now
+        acc_slot_w = Signal()                       # ... writes a bucket now
 
         walk = Signal(entry_bits + 1)               # the entry the walk reads
         walking = Signal()
         advance = Signal()                          # the walk moves to the next entry
-        def row_addr(row):
-            """The first byte of ``row`` of the descriptor's table."""
-            return (ctrl.table_base + ((row * ctrl.lines_per_row)[:aw] << 6)[:aw])[:aw]
+        def row_addr(c, row):
+            """The first byte of ``row`` of the table of settings ``c``."""
+            return (c.table_base + ((row * c.lines_per_row)[:aw] << 6)[:aw])[:aw]
 
         row_base = Signal(aw)                       # the staged item's row's first byte
-        m.d.comb += row_base.eq(row_addr(item.row))
+        m.d.comb += row_base.eq(row_addr(ctrl, item.row))
 
         # --- the control
         ar_line = Signal(7)
@@ -344,8 +382,9 @@ class CoalescedUpdate(wiring.Component):
         aw_taken = axi.awvalid & axi.awready
         b_taken = axi.bvalid & axi.bready
         m.d.sync += [aw_count.eq(aw_count + aw_taken), b_count.eq(b_count + b_taken)]
-        apply_busy = Signal()
-        applying = Signal()
+        apply_busy = Signal()                       # units queued, in the pipeline or unsent
+        ap_want = Signal()                          # apply has a unit to issue
+        hold = Signal()                             # the accumulation may not issue now
         # The tails: descriptors waiting for their Bs / report, oldest first, each its
         # ``o_done`` and the AW count after its last AW.
         # (registers: slot 0 the oldest, ``n_tails`` of them valid).
@@ -356,14 +395,21 @@ class CoalescedUpdate(wiring.Component):
         tail_push, tail_pop = Signal(), Signal()
         tail_head = tail_q[0]
 
+        def bucket_addr(b):
+            """Bucket ``b`` of the accumulation's half."""
+            return Cat(b[:entry_bits], half)
+
         with m.FSM(init="CLEAR"):
             with m.State("CLEAR"):
-                # After reset: every slot of every bucket invalid.
+                # After reset: every slot of every bucket of both halves invalid.
                 m.d.comb += [self.init.eq(1),
-                             slot_w.addr.eq(probe), slot_w.data.eq(0), slot_w.en.eq(1)]
+                             slot_w.addr.eq(bucket_addr(probe)), slot_w.data.eq(0),
+                             slot_w.en.eq(1)]
                 m.d.sync += probe.eq(probe + 1)
                 with m.If(probe == self._acc_rows - 1):
-                    m.next = "RUN"
+                    m.d.sync += half.eq(~half)
+                    with m.If(half):
+                        m.next = "RUN"
 
             with m.State("RUN"):
                 # The staged item retires (issued, dropped or ignored) unless it must
@@ -373,7 +419,7 @@ class CoalescedUpdate(wiring.Component):
                 retire = Signal()
                 m.d.comb += [
                     items.ready.eq(~staged | (retire & ~item.last)),
-                    slot_r.addr.eq(_hash(items.p.row, entry_bits)),
+                    slot_r.addr.eq(bucket_addr(_hash(items.p.row, entry_bits))),
                 ]
                 with m.If(take):
                     m.d.sync += [staged.eq(1), probe.eq(_hash(items.p.row, entry_bits))]
@@ -387,7 +433,7 @@ class CoalescedUpdate(wiring.Component):
                     m.d.comb += retire.eq(1)
                 with m.Elif(staged & ~counted):
                     m.d.comb += [issue_base.eq(base), issue_fresh.eq(fresh),
-                                 retire.eq(~hazard), issue.eq(~hazard & ~drop)]
+                                 retire.eq(~hazard & ~hold), issue.eq(~hazard & ~hold & ~drop)]
                 with m.Elif(staged):
                     # ``slot_r.data`` is bucket ``probe``: a hit in either slot, both
                     # slots other rows' (read the next bucket) or a free slot (the row
@@ -406,16 +452,16 @@ class CoalescedUpdate(wiring.Component):
                                               Cat(new_slot, bucket[1].as_value()),
                                               Cat(bucket[0].as_value(), new_slot)))
                     with m.If(~free & ~hit):
-                        m.d.comb += slot_r.addr.eq(probe + 1)
+                        m.d.comb += slot_r.addr.eq(bucket_addr(probe + 1))
                         m.d.sync += probe.eq(probe + 1)
                     with m.Else():
                         new_base = Mux(hits[0], bucket[0].base,
                                        Mux(hits[1], bucket[1].base, lines_used[:acc_bits]))
-                        wait = hazard | (alloc & ~fetch_q.w_rdy)
+                        wait = hazard | hold | (alloc & ~fetch_q.w_rdy)
                         m.d.comb += [issue_base.eq(new_base), issue_fresh.eq(alloc),
                                      retire.eq(~wait), issue.eq(~wait & (hit | alloc))]
                         with m.If(wait):
-                            m.d.comb += slot_r.addr.eq(probe)       # read it again
+                            m.d.comb += slot_r.addr.eq(bucket_addr(probe))  # read it again
                         with m.Else():
                             m.d.sync += [base.eq(new_base), fresh.eq(alloc),
                                          drop.eq(~hit & ~alloc), updates.eq(updates + 1)]
@@ -423,47 +469,55 @@ class CoalescedUpdate(wiring.Component):
                                 m.d.sync += overflow.eq(1)
                             with m.If(alloc):
                                 m.d.comb += [
-                                    slot_w.addr.eq(probe), slot_w.en.eq(1),
+                                    acc_slot_w.eq(1),
+                                    slot_w.addr.eq(bucket_addr(probe)), slot_w.en.eq(1),
                                     slot_w.data.eq(filled),
-                                    entry_w.addr.eq(count[:entry_bits]), entry_w.en.eq(1),
+                                    entry_w.addr.eq(bucket_addr(count)), entry_w.en.eq(1),
                                     entry_w.data.row.eq(item.row), entry_w.data.bucket.eq(probe),
-                                    entry_w.data.base.eq(lines_used),
+                                    entry_w.data.base.eq(Cat(lines_used[:acc_bits], half)),
                                     fetch_q.w_en.eq(1),
                                 ]
                                 m.d.sync += [count.eq(count + 1),
                                              lines_used.eq(lines_used + items_per_row)]
 
-            with m.State("DRAIN"), m.If(~acc_busy):
-                m.next = "APPLY"
+            # Once the last sums are written and the descriptor before has been applied,
+            # hand the descriptor to apply and take the next one's items into the other
+            # half.
+            with m.State("DRAIN"), m.If(~acc_busy & ~ap_active):
+                m.d.comb += handover.eq(1)
+                m.d.sync += [ap_active.eq(1), ap_half.eq(half), ap_ctrl.eq(ctrl),
+                             ap_count.eq(count), ap_updates.eq(updates),
+                             ap_overflow.eq(overflow), ap_bad.eq(bad), walk.eq(0),
+                             half.eq(~half), count.eq(0), lines_used.eq(0),
+                             updates.eq(0), overflow.eq(0), bad.eq(0), drop.eq(0)]
+                m.next = "RUN"
 
-            with m.State("APPLY"):
-                # Walk the entries: clear each one's bucket (every valid slot belongs to
-                # an entry, so clearing both is right) and queue its row (none on
-                # overflow or a read error); once every line has been sent (and a tail
-                # is free), the descriptor becomes a tail, which reports once its Bs
-                # are back, and the next one may start.
-                # ``entry_r`` is presented the entry after ``walk`` as the walk
-                # advances, so it holds ``walk``'s entry in every cycle (one row per
-                # cycle).
-                m.d.comb += [applying.eq(1), walking.eq(walk != count)]
-                with m.If(walking & ((row_q.w_rdy & (walk < fetched)) | no_write)):
-                    m.d.comb += [
-                        advance.eq(1),
-                        slot_w.addr.eq(entry_r.data.bucket), slot_w.data.eq(0), slot_w.en.eq(1),
-                        row_q.w_en.eq(~no_write),
-                    ]
-                    m.d.sync += walk.eq(walk + 1)
-                with m.If(~walking & ~apply_busy & ~fetching & (n_tails != self._tails)):
-                    m.d.comb += [tail_push.eq(1),
-                                 tail_in.mark.eq(aw_count + aw_taken),
-                                 tail_in.done.rows_written.eq(Mux(no_write, 0, count)),
-                                 tail_in.done.updates.eq(updates),
-                                 tail_in.done.overflow.eq(overflow),
-                                 tail_in.done.read_error.eq(bad)]
-                    m.d.sync += [count.eq(0), lines_used.eq(0), updates.eq(0),
-                                 overflow.eq(0), bad.eq(0), drop.eq(0), walk.eq(0),
-                                 fetched.eq(0)]
-                    m.next = "RUN"
+        # Apply. The walk reads the entries in order and clears each one's bucket
+        # (every valid slot belongs to an entry, so clearing both is right; not in a
+        # cycle in which the accumulation writes a bucket) and queues its row (none on
+        # overflow or a read error) once its lines are all in the buffer. Once every
+        # line has been sent (and a tail is free), the descriptor becomes a tail, which
+        # reports once its Bs are back, and apply may take the next one.
+        # ``entry_r`` is presented the entry after ``walk`` as the walk advances (entry
+        # 0 of the half handed over as it is), so it holds ``walk``'s entry in every
+        # cycle (one row per cycle).
+        m.d.comb += walking.eq(ap_active & (walk != ap_count))
+        with m.If(walking & (walked != fetched) & row_q.w_rdy & ~acc_slot_w):
+            m.d.comb += [
+                advance.eq(1),
+                slot_w.addr.eq(Cat(entry_r.data.bucket, ap_half)), slot_w.data.eq(0),
+                slot_w.en.eq(1),
+                row_q.w_en.eq(~ap_no_write),
+            ]
+            m.d.sync += [walk.eq(walk + 1), walked.eq(walked + 1)]
+        with m.If(ap_active & ~walking & ~apply_busy & (n_tails != self._tails)):
+            m.d.comb += [tail_push.eq(1),
+                         tail_in.mark.eq(aw_count + aw_taken),
+                         tail_in.done.rows_written.eq(Mux(ap_no_write, 0, ap_count)),
+                         tail_in.done.updates.eq(ap_updates),
+                         tail_in.done.overflow.eq(ap_overflow),
+                         tail_in.done.read_error.eq(ap_bad)]
+            m.d.sync += ap_active.eq(0)
 
         # The oldest tail reports once the Bs counted have reached its mark (its own Bs
         # come before any later descriptor's: one AXI ID, in order).
@@ -490,16 +544,16 @@ class CoalescedUpdate(wiring.Component):
         m.d.comb += [
             ar_addr.eq(fq.addr + (ar_line << 6)),
             to_page.eq(64 - ar_addr[6:12]),
-            left.eq(ctrl.lines_per_row - ar_line),
+            left.eq(fq.lines - ar_line),
             beats.eq(Mux(left < to_page, left, to_page)),
-            fetch_q.w_data.eq(Cat(row_base, lines_used[:acc_bits])),
+            fetch_q.w_data.eq(Cat(row_base, lines_used[:acc_bits], half, ctrl.lines_per_row)),
             axi.arvalid.eq(fetch_q.r_rdy & line_q.w_rdy),
             axi.araddr.eq(ar_addr),
             axi.arid.eq(0),
             axi.arlen.eq(beats - 1),
             axi.arsize.eq(_SIZE_LINE),
             axi.arburst.eq(AxiBurst.INCR),
-            line_q.w_data.eq(Cat((fq.base + ar_line)[:acc_bits], (beats - 1)[:6],
+            line_q.w_data.eq(Cat((fq.base + ar_line)[:line_bits], (beats - 1)[:6],
                                  beats == left)),
             line_q.w_en.eq(axi.arvalid & axi.arready),
         ]
@@ -514,7 +568,7 @@ class CoalescedUpdate(wiring.Component):
         r_taken = axi.rvalid & axi.rready
         m.d.comb += [
             axi.rready.eq(line_q.r_rdy),
-            buf_w.addr.eq(lq.base + r_beat),
+            buf_w.addr.eq((lq.base + r_beat)[:line_bits]),
             buf_w.data.eq(axi.rdata),
             buf_w.en.eq(r_taken),
         ]
@@ -530,16 +584,17 @@ class CoalescedUpdate(wiring.Component):
         # The walk: ``entry_r`` presented the entry after ``walk`` as the walk advances.
         rq = data.View(row_q_layout, row_q.r_data)
         walk_addr = Signal(aw)                      # the first byte of ``walk``'s row
-        m.d.comb += walk_addr.eq(row_addr(entry_r.data.row))
-        m.d.comb += [entry_r.addr.eq(walk + advance),
-                     row_q.w_data.eq(Cat(walk_addr, entry_r.data.base))]
+        m.d.comb += walk_addr.eq(row_addr(ap_ctrl, entry_r.data.row))
+        m.d.comb += [entry_r.addr.eq(Mux(handover, Cat(C(0, entry_bits), half),
+                                         Cat((walk + advance)[:entry_bits], ap_half))),
+                     row_q.w_data.eq(Cat(walk_addr, entry_r.data.base, ap_ctrl.lines_per_row))]
 
         # Units: one per fp32 line, two (halves) per bf16 line; unit u of a row has
         # elements 16u .. 16u + 15 in both cases and sums line ``base + u``; its table
         # line (``u``, or ``u // 2`` for bf16) is at ``base`` + that line in the buffer.
         unit = Signal(8)
         unit_line = Signal(7)
-        m.d.comb += unit_line.eq(Mux(ctrl.bf16, unit[1:], unit))
+        m.d.comb += unit_line.eq(Mux(ap_ctrl.bf16, unit[1:], unit))
         p_valid = [Signal(name=f"p{k}_valid") for k in range(_APPLY_DEPTH + 1)]
         p_layout = data.StructLayout({"addr": aw, "unit": 8, "last": 1})
         p = [Signal(p_layout, name=f"p{k}") for k in range(_APPLY_DEPTH + 1)]
@@ -549,18 +604,24 @@ class CoalescedUpdate(wiring.Component):
         # Units in the pipeline, each counted as a line the write queue must take.
         in_pipe = Signal(range(_APPLY_DEPTH + 2))
         m.d.comb += in_pipe.eq(sum(p_valid[1:]))
+        # Apply wants to issue a unit when one is queued and the write queue has room for
+        # it; it issues when the accumulation does not use the sums' read port now (and
+        # the adders next cycle), and holds the accumulation's issue meanwhile, so it
+        # waits at most two cycles.
         go = Signal()
-        m.d.comb += go.eq(row_q.r_rdy & (w_q.level + in_pipe < _WQ_DEPTH - 1))
+        m.d.comb += [ap_want.eq(row_q.r_rdy & (w_q.level + in_pipe < _WQ_DEPTH - 1)),
+                     hold.eq(ap_want),
+                     go.eq(ap_want & ~valid[_ACC_READ])]
         m.d.comb += [
             p_valid[0].eq(go),
             p[0].addr.eq(rq.addr + (unit_line << 6)),
             p[0].unit.eq(unit),
-            p[0].last.eq(~ctrl.bf16 | unit[0]),
-            sum_r.addr.eq(Mux(applying, rq.base + unit, meta[_ACC_READ].addr)),
-            buf_r.addr.eq(rq.base + unit_line),
+            p[0].last.eq(~ap_ctrl.bf16 | unit[0]),
+            sum_r.addr.eq(Mux(go, (rq.base + unit)[:line_bits], meta[_ACC_READ].addr)),
+            buf_r.addr.eq((rq.base + unit_line)[:line_bits]),
         ]
         with m.If(go):
-            with m.If(unit == items_per_row - 1):
+            with m.If(unit == ap_items - 1):
                 m.d.comb += row_q.r_en.eq(1)
                 m.d.sync += unit.eq(0)
             with m.Else():
@@ -584,11 +645,11 @@ class CoalescedUpdate(wiring.Component):
             old16 = Mux(one_half, one_old[256 + 16 * e:256 + 16 * e + 16],
                         one_old[16 * e:16 * e + 16])
             acc_a = Mux(fresh_at[_MUL_STAGES], C(_NEG_ZERO, 32), sum_r.data[lane])
-            apply_a = Mux(ctrl.bf16, Cat(C(0, 16), old16), one_old[lane])
+            apply_a = Mux(ap_ctrl.bf16, Cat(C(0, 16), old16), one_old[lane])
             m.d.comb += [
-                adds[e].i_operands.valid.eq(Mux(applying, p_valid[1], valid[_MUL_STAGES])),
-                adds[e].i_operands.p.a.eq(Mux(applying, apply_a, acc_a)),
-                adds[e].i_operands.p.b.eq(Mux(applying, sum_r.data[lane],
+                adds[e].i_operands.valid.eq(p_valid[1] | valid[_MUL_STAGES]),
+                adds[e].i_operands.p.a.eq(Mux(p_valid[1], apply_a, acc_a)),
+                adds[e].i_operands.p.b.eq(Mux(p_valid[1], sum_r.data[lane],
                                               muls[e].o_result.payload)),
                 rnds[e].i_operands.valid.eq(p_valid[1 + _ADD_STAGES]),
                 rnds[e].i_operands.p.a.eq(adds[e].o_result.payload),
@@ -604,7 +665,7 @@ class CoalescedUpdate(wiring.Component):
         fin_half = fin.unit[0]
         # Lane ``e`` of unit ``u`` is element ``16u + e``: past ``dim`` it keeps its bits.
         keep = Signal(LINE_ELEMS)
-        m.d.comb += keep.eq(Cat(*((Cat(C(e, 4), fin.unit) >= ctrl.dim)
+        m.d.comb += keep.eq(Cat(*((Cat(C(e, 4), fin.unit) >= ap_ctrl.dim)
                                   for e in range(LINE_ELEMS))))
         out_line = Signal(LINE_BITS)                # the line being assembled
         line_now = Signal(LINE_BITS)
@@ -613,7 +674,7 @@ class CoalescedUpdate(wiring.Component):
         bf16_half = Cat(*(Mux(keep[e], Mux(fin_half, fin_old[256 + 16 * e:256 + 16 * e + 16],
                                           fin_old[16 * e:16 * e + 16]),
                               narrow[16 * e:16 * e + 16]) for e in range(LINE_ELEMS)))
-        m.d.comb += line_now.eq(Mux(ctrl.bf16,
+        m.d.comb += line_now.eq(Mux(ap_ctrl.bf16,
                                     Mux(fin_half, Cat(out_line[:256], bf16_half),
                                         Cat(bf16_half, fin_old[256:])),
                                     fp32_line))

@@ -230,7 +230,8 @@ class Engine(wiring.Component):
     #: gets ``axi_id_width - MANAGER_ID_BITS`` bits (``DeviceConfig`` checks the budget).
     MANAGER_ID_BITS = (len(_MANAGERS) - 1).bit_length()
     #: UPDATEs whose row writes may wait for their Bs at once while the next UPDATE of
-    #: another table is summed and applied (``docs/embedding.md``, "Execution order").
+    #: another table is applied and the one after it summed (``docs/embedding.md``,
+    #: "Execution order").
     UPDATE_TAILS = 4
 
     def elaborate(self, platform):
@@ -246,7 +247,7 @@ class Engine(wiring.Component):
             update_acc=(cfg.update_acc_rows, cfg.update_acc_lines))
         m.submodules.sequencers = seqs = SequencerPool(
             addr_width=aw, id_width=id_width, sequencers=cfg.engine_sequencers,
-            replay_lines=cfg.seq_replay_lines, updates=self.UPDATE_TAILS + 1)
+            replay_lines=cfg.seq_replay_lines, updates=self.UPDATE_TAILS + 2)
         m.submodules.gather = gather = RowGather(
             addr_width=aw, id_width=id_width, rob_lines=cfg.gather_rob_lines,
             max_lines_per_row=max_lines)

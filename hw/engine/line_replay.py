@@ -13,7 +13,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
 
 from ..cxl.messages import LINE_BITS
-from ..widths import is_int
+from ..widths import check_int, check_pow2
 from .buffer_reader import LINE_SHIFT, read_channel
 
 __all__ = ["REPLAY_PORTS", "LineReplay"]
@@ -35,13 +35,15 @@ class LineReplay(wiring.Component):
     a reader receives them; at most one of the two per cycle, both come from one R
     channel; a line past ``lines`` slots is dropped). The user captures only a
     descriptor whose two buffers fit and replays it only if pass 1 read every line
-    without an error.
+    without an error. ``off_base``, ``idx_base`` and ``off_lines`` are not latched:
+    the user holds them from ``i_begin`` until the descriptor's last replay.
 
     **Replay.** Port ``p`` (0: offsets, 1 and 2: indices) is a subordinate
     :func:`~.buffer_reader.read_channel`: a requesting port is granted in round-robin
     order while no burst is being served, and its ``len + 1`` lines follow on its
-    ``r``, one per cycle from the cycle after the grant (``r`` is always ready by the
-    channel's contract). Line ``l`` of port 0 is slot ``l - off_base``, of ports 1 and 2
+    ``r``, one per cycle from the second cycle after the grant (the slot is registered
+    at the grant, then read from block RAM; ``r`` is always ready by the channel's
+    contract). Line ``l`` of port 0 is slot ``l - off_base``, of ports 1 and 2
     slot ``off_lines + l - idx_base``. A port's bursts are answered in request order.
 
     **Cost.** One memory of ``lines`` x 512 bits with one write and one read port (block
@@ -70,12 +72,8 @@ class LineReplay(wiring.Component):
     """
 
     def __init__(self, *, addr_width: int, lines: int):
-        if not is_int(addr_width) or not 12 <= addr_width <= 64:
-            raise ValueError(f"addr_width must be an integer from 12 to 64, not {addr_width!r}")
-        if not is_int(lines) or not 2 <= lines <= 4096 or lines & (lines - 1):
-            raise ValueError(f"lines must be a power of two from 2 to 4096, not {lines!r}")
-        self._addr_width = addr_width
-        self._lines = lines
+        self._addr_width = check_int("addr_width", addr_width, 12, 64)
+        self._lines = check_pow2("lines", lines, 2, 4096)
         slot_bits = lines.bit_length()             # 0 .. lines
         line_bits = addr_width - LINE_SHIFT
         super().__init__({

@@ -13,6 +13,7 @@ from amaranth.lib.wiring import In, Out
 from ..bus.axi import AXI4Signature
 from ..bus.axi_arbiter import AxiArbiter
 from ..cxl.messages import LINE_BITS
+from ..widths import check_int
 from .bag_sequencer import STATUS, BagSequencer
 from .descriptor import DescKind, Descriptor
 from .row_gather import rows_layout
@@ -67,10 +68,10 @@ class SequencerPool(wiring.Component):
     (``scratch_host``), overlap none of their tables (byte ranges ``table_base`` +
     ``rows * lines_per_row * 64`` and ``data_addr`` + ``num_bags * glines * 64``).
     Its gradients are then read while the earlier UPDATEs' rows are read and written;
-    the scatter takes its items once the UPDATE before has sent its last write, and
-    reads its rows (in another table) while the earlier writes complete. With the gradients in
-    GPU memory, the UPDATE whose turn is next may have them read even before its turn
-    (``ahead``, once it has passed its checks). As an UPDATE's turn begins,
+    the scatter takes its items once the UPDATE before has been summed, and reads its
+    rows (in another table) while that one is applied and the earlier writes complete.
+    With the gradients in GPU memory, the UPDATE whose turn is next may have them read
+    even before its turn (``ahead``, once it has passed its checks). As an UPDATE's turn begins,
     ``update`` takes its settings and ``update_start`` pulses. Each row says whether it
     is an UPDATE's (``update``), so the lines the gather reads for it go to the scatter.
 
@@ -97,7 +98,8 @@ class SequencerPool(wiring.Component):
         :class:`~.bag_sequencer.BagSequencer`).
     updates : int
         UPDATEs whose turn may have begun while their writes are not durable, 1 to 16
-        (the scatter's tails plus the one it applies; 1: no overlap).
+        (the scatter's tails plus the one it applies and the one it sums; 1: no
+        overlap).
 
     Members
     -------
@@ -141,9 +143,7 @@ class SequencerPool(wiring.Component):
         self._id_width = id_width
         self._sequencers = sequencers
         self._replay_lines = replay_lines
-        if not 1 <= updates <= 16:
-            raise ValueError(f"updates must be between 1 and 16, not {updates}")
-        self._updates = updates
+        self._updates = check_int("updates", updates, 1, 16)
         super().__init__({
             "i_desc": In(stream.Signature(Descriptor)),
             "o_rows": Out(stream.Signature(rows_layout(addr_width))),
