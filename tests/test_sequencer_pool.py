@@ -22,8 +22,9 @@ marks exactly those whose turn began while the UPDATE before was not durable;
 ``update_start`` pulses once per UPDATE as its turn begins, with ``update`` holding its
 settings, and each row's ``update`` flag marks exactly the UPDATE's rows;
 ``update_finish`` pulses exactly as the status of an UPDATE that passed its checks goes
-(with its ``read_error``); ``ahead`` names only, with ``scratch_host``, the UPDATE whose
-turn is next, not begun, with its gradient buffer, and only one that passed its checks;
+(with its ``read_error``); ``ahead`` names only, with ``scratch_host``, the UPDATE that
+begins next (the turn's, not begun, or the one after the turn's begun UPDATE, which then
+completes OK), with its gradient buffer, and only one that passed its checks;
 with several sequencers, descriptors are taken while earlier ones still stream. Passive
 checkers hold ``o_rows``, ``o_status`` and the AXI channels to the stream rules. Random tests
 print their seed; ``SEED=<n>`` replays one.
@@ -265,6 +266,7 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
         # done pulse]. They are fed in order, and report durable in order.
         scatter: list[list] = []
         ahead_for: set[int] = set()     # the descriptors ``ahead`` named
+        ahead_after: set[int] = set()   # begun UPDATEs while the next was named
         ctx.set(dut.scratch_host, scratch_host)
         while out < len(descs):
             assert port.cycle < 300_000, "hang"
@@ -300,16 +302,25 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                     stats["overlap"] += 1
             f = descs[out].fields if out < len(descs) else None
             if ahead:
-                # Only with the buffers in GPU memory, for the UPDATE whose turn is next
-                # (not begun), once it has passed its checks, with its gradient buffer.
+                # Only with the buffers in GPU memory, for the UPDATE that begins next
+                # (the turn's if not begun, else the one after a begun UPDATE), once it
+                # has passed its checks, with its gradient buffer.
                 assert scratch_host, f"ahead with the buffers in PMEM ({where})"
-                assert f and f["kind"] == DescKind.UPDATE.value and started < out, (
-                    f"ahead for no UPDATE waiting for its turn ({where})")
-                want_upd = settings(f)[1]
+                # (``update_start`` pulses in the first cycle the turn's UPDATE has begun)
+                named = out + 1 if started == out or start else out
+                fa = descs[named].fields if named < len(descs) else None
+                assert f and f["kind"] == DescKind.UPDATE.value, (
+                    f"ahead while the turn is no UPDATE's ({where})")
+                assert fa and fa["kind"] == DescKind.UPDATE.value, (
+                    f"ahead for no UPDATE that begins next ({where})")
+                want_upd = settings(fa)[1]
                 assert (a_addr, a_bags, a_glines) == tuple(
                     want_upd[k] for k in ("data_addr", "num_bags", "glines")), (
                     f"ahead settings ({where})")
-                ahead_for.add(out)
+                ahead_for.add(named)
+                if named != out:
+                    # the turn's UPDATE has begun: it must complete OK
+                    ahead_after.add(out)
             if checked:
                 # Only for the UPDATE whose turn it is, after its start, and only for
                 # one that completes OK.
@@ -372,6 +383,8 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
                 status = st["status"]
                 assert out not in ahead_for or status == 0, (
                     f"ahead for an UPDATE that failed its checks ({where})")
+                assert out not in ahead_after or status == 0, (
+                    f"ahead for the UPDATE after one that failed its checks ({where})")
                 if f["kind"] == DescKind.UPDATE.value:
                     assert started == out, f"UPDATE without update_start ({where})"
                     assert checked_for != out or status == 0, (
@@ -389,6 +402,7 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
         stats["cycles"] = port.cycle
         stats["durable_pulses"] = durable_at is not None
         stats["ahead"] = len(ahead_for)
+        stats["ahead_after"] = len(ahead_after)
 
     simulate(dut, bench)
     errors = port.errors + [e for r in rules for e in r.errors]
@@ -427,6 +441,8 @@ def test_updates_of_apart_tables_overlap(seed, sequencers, scratch_host, updates
     assert updates == 2 or stats["deepest"] >= 2, "no UPDATE overlapped two before it"
     assert stats["overlap_pulses"] >= stats["early_updates"], "update_overlap missed some"
     assert stats["ahead"] or not scratch_host, "no UPDATE's gradients offered ahead"
+    assert stats["ahead_after"] or not scratch_host or sequencers == 1, (
+        "no UPDATE's gradients offered ahead while the UPDATE before it ran")
 
 
 @pytest.mark.parametrize("sequencers", [1, 3])

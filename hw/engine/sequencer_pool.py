@@ -70,10 +70,13 @@ class SequencerPool(wiring.Component):
     Its gradients are then read while the earlier UPDATEs' rows are read and written;
     the scatter takes its items once the UPDATE before has been summed, and reads its
     rows (in another table) while that one is applied and the earlier writes complete.
-    With the gradients in GPU memory, the UPDATE whose turn is next may have them read
-    even before its turn (``ahead``, once it has passed its checks). As an UPDATE's turn begins,
-    ``update`` takes its settings and ``update_start`` pulses. Each row says whether it
-    is an UPDATE's (``update``), so the lines the gather reads for it go to the scatter.
+    With the gradients in GPU memory, the UPDATE that begins next may have them read
+    even before its turn (``ahead``, once it has passed its checks): the turn's UPDATE
+    before it begins, and once that has begun (and passed its checks), the next
+    sequencer's, so one UPDATE's gradient reads overlap the UPDATE before it. As an
+    UPDATE's turn begins, ``update`` takes its settings and ``update_start`` pulses.
+    Each row says whether it is an UPDATE's (``update``), so the lines the gather reads
+    for it go to the scatter.
 
     **Context.** Every row carries its descriptor's settings (:func:`rows_layout`),
     computed here once: table base, lines per row, batch and table, undo capture
@@ -111,8 +114,10 @@ class SequencerPool(wiring.Component):
     update_checked : ``Out(1)``
         The running UPDATE has passed its checks (its sequencer emits its rows).
     ahead : ``Out(1)``
-        The UPDATE whose turn begins next has passed its checks and its gradients are
-        in GPU memory (``scratch_host``): they may be read before its turn.
+        The UPDATE that begins next (the turn's, or once the turn's UPDATE has begun
+        and passed its checks, the next sequencer's) has passed its checks and its
+        gradients are in GPU memory (``scratch_host``): they may be read before its
+        turn.
     ahead_data_addr, ahead_num_bags, ahead_glines : ``Out``
         That UPDATE's gradient buffer, bags and fp32 gradient lines per bag.
     update_overlap : ``Out(1)``
@@ -277,14 +282,27 @@ class SequencerPool(wiring.Component):
             with m.Elif(done):
                 if k + 1 < depth:
                     m.d.sync += t.eq(tables[k + 1])
-        # Every LOOKUP before the turn's UPDATE completed before that UPDATE was taken
-        # from the ring (the dispatcher's rule), and UPDATEs write only PMEM: once it
-        # has passed its checks, its gradients in GPU memory may be read now.
+        # Every LOOKUP before an UPDATE completed before that UPDATE was taken from the
+        # ring (the dispatcher's rule), and UPDATEs write only PMEM: once it has passed
+        # its checks, its gradients in GPU memory may be read now. ``ahead`` names the
+        # UPDATE that begins next: the turn's, before it begins, or once the turn's
+        # UPDATE has begun (and passed its checks, so it cannot end without rows), the
+        # next sequencer's.
+        nxt = Signal(Descriptor)        # the descriptor of the sequencer after the turn
+        nxt_ready = Signal()            # ... held, and its checks passed
+        if n > 1:
+            for k, s in enumerate(seqs):
+                with m.If(next_of(turn) == k):
+                    m.d.comb += [nxt.eq(s_desc[k]), nxt_ready.eq(~s.i_desc.ready & s.passed)]
+        _, nxt_fp32, _ = _lines(m, nxt, "nxt")
+        ahead_cur = cur_update & held & passed & ~opened
+        ahead_nxt = (cur_update & opened & passed & nxt_ready
+                     & (nxt.kind == DescKind.UPDATE.value))
         m.d.comb += [
-            self.ahead.eq(cur_update & held & passed & ~opened & self.scratch_host),
-            self.ahead_data_addr.eq(cur.data_addr[:aw]),
-            self.ahead_num_bags.eq(cur.num_bags),
-            self.ahead_glines.eq(cur_fp32),
+            self.ahead.eq((ahead_cur | ahead_nxt) & self.scratch_host),
+            self.ahead_data_addr.eq(Mux(ahead_cur, cur.data_addr, nxt.data_addr)[:aw]),
+            self.ahead_num_bags.eq(Mux(ahead_cur, cur.num_bags, nxt.num_bags)),
+            self.ahead_glines.eq(Mux(ahead_cur, cur_fp32, nxt_fp32)),
         ]
         m.d.comb += [self.update_finish.eq(status_out & cur_update & ~status.p.status.any()),
                      self.update_read_error.eq(status.p.read_error)]
