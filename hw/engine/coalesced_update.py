@@ -274,8 +274,6 @@ class CoalescedUpdate(wiring.Component):
         drop = Signal()                             # ... dropped (overflow)
         probe = Signal(entry_bits)                  # the bucket being read
         bad = Signal()                              # an item came ``bad``: write nothing
-        no_write = Signal()
-        m.d.comb += no_write.eq(overflow | bad)
         with m.If(take):
             m.d.sync += [ctrl.eq(self.i_ctrl), item.eq(items.p)]
             with m.If(items.p.bad):
