@@ -329,6 +329,7 @@ class Device(wiring.Component):
             engine.cq_host_line.eq(Cat(regs.coh_cq_host_base_lo[6:32],
                                        regs.coh_cq_host_base_hi[0:20])),
             engine.scratch_host.eq(ctrl.scratch_host),
+            engine.ring_host.eq(ctrl.ring_host),
             engine.scratch_host_line.eq(Cat(regs.coh_scratch_host_base_lo[6:32],
                                             regs.coh_scratch_host_base_hi[0:20])),
             dcoh.i_flip_start.eq(regs.coh_flip.start),

@@ -186,13 +186,19 @@ class EngineDriver:
         takes the GPU home's read latency), instead of polling ``ENG_HEAD``. A record
         there is a completion: the device writes it once the descriptor's writes are
         durable. Each descriptor's record slot is invalidated when it is queued.
+    ring_host:
+        The descriptor ring is in GPU memory too (``COH_CTRL.RING_HOST``, which
+        :meth:`setup` turns on; needs ``scratch``): it is allocated in the scratch
+        window, the GPU writes each descriptor there directly (no link traffic) and
+        ``ENG_RING_BASE`` holds its offset in the window.
     """
 
     def __init__(self, tb, *, ring_order: int = 4, via_cxl: bool = False,
                  heap_start: int = 0, heap_end: int | None = None,
                  scratch: HostScratch | None = None, cq_host: int | None = None,
-                 cq_gpu=None):
+                 cq_gpu=None, ring_host: bool = False):
         assert (cq_host is None) == (cq_gpu is None), "cq_host needs cq_gpu"
+        assert scratch is not None or not ring_host, "ring_host needs scratch"
         self.tb = tb
         self.scratch = scratch
         self.cq_host = cq_host
@@ -202,7 +208,8 @@ class EngineDriver:
         self.via_cxl = via_cxl
         end = heap_end if heap_end is not None else self.cfg.hdm_size
         self.heap = DeviceHeap(heap_start, end)
-        self.ring_addr = self.heap.alloc(LINE_BYTES << ring_order)
+        self.ring_host = ring_host
+        self.ring_addr = (scratch.heap if ring_host else self.heap).alloc(LINE_BYTES << ring_order)
         self.cq_addr = self.heap.alloc(LINE_BYTES << ring_order)
         self.tail = 0
         self.head = 0
@@ -238,7 +245,8 @@ class EngineDriver:
         if self.scratch is not None:
             await csr.write64("COH_SCRATCH_HOST_BASE", self.scratch.base)
             ctrl = await csr.read("COH_CTRL")
-            await csr.write("COH_CTRL", ctrl | self.tb.regs["COH_CTRL"].pack(scratch_host=1))
+            await csr.write("COH_CTRL", ctrl | self.tb.regs["COH_CTRL"].pack(
+                scratch_host=1, ring_host=int(self.ring_host)))
         if self.cq_host is not None:
             await csr.write64("COH_CQ_HOST_BASE", self.cq_host)
 
@@ -432,7 +440,11 @@ class EngineDriver:
             stale = _RECORD.pack(seq=~self.tail & 0xFFFF_FFFF)
             self.cq_gpu.write_bytes(self.cq_host + slot * LINE_BYTES,
                                     stale.to_bytes(LINE_BYTES, "little"))
-        await self.put(self.ring_addr + slot * LINE_BYTES, pack_descriptor(**fields))
+        desc = pack_descriptor(**fields)
+        if self.ring_host:
+            self.scratch.put(self.ring_addr + slot * LINE_BYTES, desc)
+        else:
+            await self.put(self.ring_addr + slot * LINE_BYTES, desc)
         self.pending.append(exp)
         self.tail += 1
 

@@ -523,14 +523,16 @@ async def test_scratch_buffers_in_gpu_memory(dut, noise, ctrl):
     """COH_CTRL.SCRATCH_HOST: every LOOKUP's and UPDATE's indices, offsets, weights and
     gradients are read from a window of GPU memory (RdCurr; the GPU home answers in
     random order with random latency) and the pooled vectors written there (ItoMWr),
-    while tables, ring and log stay in device memory (``hdm_d``: with the GPU caching
-    the tables and the records in GPU memory too). Rounds of 1 to 3 LOOKUPs (every
-    pooling mode, weighted or not) and an UPDATE: records, pooled vectors (read from GPU
-    memory) and tables checked bit for bit against the golden model. The same offsets
-    in device memory hold the driver's tables and ring, so a read steered to PMEM would
-    show. COH_RD_LINES counts at least every buffer line once and COH_WR_LINES every
-    pooled line (and record); ``hdm_h``: LINK_TX_BYTES / LINK_RX_BYTES grow by the
-    bytes of the CXL.mem and CXL.cache messages the bench saw each way."""
+    while tables and log stay in device memory (``hdm_d``: with the GPU caching the
+    tables and the records in GPU memory too). ``hdm_h`` has the descriptor ring in the
+    window too (COH_CTRL.RING_HOST; ``hdm_d`` keeps it in device memory). Rounds of 1 to
+    3 LOOKUPs (every pooling mode, weighted or not) and an UPDATE: records, pooled
+    vectors (read from GPU memory) and tables checked bit for bit against the golden
+    model. The same offsets in device memory hold the driver's tables, CQ and (``hdm_d``)
+    ring, so a read steered to the wrong memory would show. COH_RD_LINES counts at least
+    every buffer line once (and every descriptor with RING_HOST) and COH_WR_LINES every
+    pooled line (and record); ``hdm_h``: LINK_TX_BYTES / LINK_RX_BYTES grow by the bytes
+    of the CXL.mem and CXL.cache messages the bench saw each way."""
     bench = CohBench(dut, f"scratch_{ctrl}", noise=noise)
     cfg = bench.cfg
     cq_host = gpu_addr(cfg, 0x1000) if ctrl == "hdm_d" else None
@@ -541,8 +543,9 @@ async def test_scratch_buffers_in_gpu_memory(dut, noise, ctrl):
     link_start = (await tb.csr.read64("LINK_TX_BYTES"), await tb.csr.read64("LINK_RX_BYTES"),
                   *bench.link_bytes())
     scratch = HostScratch(bench.gpu, base=gpu_addr(cfg, 0x10000), size=1 << 16)
+    ring_host = ctrl == "hdm_h"
     drv, tables, _, _ = await _layout(bench, rng, cq_host=cq_host, write_back=True,
-                                      scratch=scratch)
+                                      scratch=scratch, ring_host=ring_host)
     mark = scratch.heap.next
     buffer_lines = pooled_lines = 0
     for r in range(tb.params.get("n_desc", 3)):
@@ -561,7 +564,8 @@ async def test_scratch_buffers_in_gpu_memory(dut, noise, ctrl):
     await bench.finish()
     c = bench.counters
     buffer_lines //= LINE_BYTES
-    assert c["COH_RD_LINES"] >= buffer_lines - pooled_lines, (c, buffer_lines)
+    descs = drv.tail if ring_host else 0
+    assert c["COH_RD_LINES"] >= buffer_lines - pooled_lines + descs, (c, buffer_lines, descs)
     assert c["COH_WR_LINES"] == pooled_lines + (drv.tail if cq_host is not None else 0), c
     if ctrl == "hdm_h":     # no DCOH messages: the bench sees every message
         tx, rx, bench_tx, bench_rx = link_start
@@ -570,12 +574,13 @@ async def test_scratch_buffers_in_gpu_memory(dut, noise, ctrl):
         assert got == want and got[1] > 0, f"LINK_TX/RX_BYTES {got}, bench counted {want}"
 
 
-#: Read-error cases of the scratch buffers: which buffer's line fails, which of its
-#: reads (1: the first, pass 1 or the only read; 2: every later one, pass 2) and what
-#: the GPU home answers.
+#: Read-error cases of the scratch buffers and the ring: which buffer's line fails (the
+#: ring: the UPDATE's descriptor), which of its reads (1: the first, pass 1 or the only
+#: read; 2: every later one, pass 2) and what the GPU home answers.
 _READ_FAULT_CASES = (
     ("offsets", 1, "go_err"), ("indices", 1, "poison"), ("indices", 2, "go_err"),
-    ("weights", 1, "poison"), ("gradients", 1, "go_err"),
+    ("weights", 1, "poison"), ("gradients", 1, "go_err"), ("ring", 1, "go_err"),
+    ("ring", 1, "poison"),
 )
 
 
@@ -583,15 +588,17 @@ _READ_FAULT_CASES = (
 @cocotb.test()
 @cocotb.parametrize(**NOISE)
 async def test_scratch_read_errors(dut, noise):
-    """COH_CTRL.SCRATCH_HOST: the GPU answers one read of a descriptor's buffers with an
-    error (GO-Err, or poisoned data) -- an offsets or index line in pass 1, an index
-    line in pass 2 (the pass-1 read good, the later ones bad; a descriptor too large for
-    the replay store, so that pass 2 reads its indices again), a weights line (read in
-    pass 2 only) and a gradient line, each on an UPDATE of a random table (weights: a
-    weighted UPDATE), among good LOOKUPs and UPDATEs (the gradient line's UPDATE
-    follows a good UPDATE of the other table, so its gradients are read ahead). The
-    faulted UPDATE completes with READ_ERROR and changes no table byte (every table
-    checked bit for bit after each doorbell), ENG_ERR latches its status and seq,
+    """COH_CTRL.SCRATCH_HOST and RING_HOST: the GPU answers one read of a descriptor's
+    buffers or of the descriptor itself with an error (GO-Err, or poisoned data) -- an
+    offsets or index line in pass 1, an index line in pass 2 (the pass-1 read good, the
+    later ones bad; a descriptor too large for the replay store, so that pass 2 reads
+    its indices again), a weights line (read in pass 2 only), a gradient line and the
+    descriptor's ring line, each on an UPDATE of a random table (weights: a weighted
+    UPDATE), among good LOOKUPs and UPDATEs (the gradient line's UPDATE follows a good
+    UPDATE of the other table, so its gradients are read ahead). The faulted UPDATE
+    completes with READ_ERROR and changes no table byte (every table checked bit for
+    bit after each doorbell; a faulted ring line: its record is a NOP's, every field
+    but status and seq zero), ENG_ERR latches its status and seq,
     COH_CACHE_ERR.READ_ERROR is set; the good descriptors around it complete as the
     golden model says, so the engine stays usable."""
     bench = CohBench(dut, "scratch_errors", noise=noise)
@@ -601,7 +608,8 @@ async def test_scratch_read_errors(dut, noise):
     tb = bench.tb
     rng = np.random.default_rng(tb.rng.getrandbits(64))
     scratch = HostScratch(bench.gpu, base=gpu_addr(cfg, 0x10000), size=1 << 16)
-    drv, tables, _, _ = await _layout(bench, rng, write_back=True, scratch=scratch)
+    drv, tables, _, _ = await _layout(bench, rng, write_back=True, scratch=scratch,
+                                      ring_host=True)
     home = bench.gpu.home
     failing: dict = {}              # host line -> (first bad read, fault)
     seen: dict[int, int] = {}       # host line -> reads so far
@@ -646,8 +654,9 @@ async def test_scratch_read_errors(dut, noise):
         before = t.data
         exp = await drv.update(t, b, grads, batch_id=0)
         assert exp.status is Status.OK, exp.status
-        addr = exp.fields[{"offsets": "offsets_addr", "indices": "indices_addr",
-                           "weights": "weights_addr", "gradients": "data_addr"}[where]]
+        addr = (drv.ring_addr + exp.seq % (1 << drv.order) * LINE_BYTES if where == "ring"
+                else exp.fields[{"offsets": "offsets_addr", "indices": "indices_addr",
+                                 "weights": "weights_addr", "gradients": "data_addr"}[where]])
         line = (scratch.base + addr) // LINE_BYTES
         failing[line + int(rng.integers(-(-len(b.indices) * 4 // LINE_BYTES)))
                 if where in ("indices", "weights") else line] = (nth, fault)
@@ -657,6 +666,8 @@ async def test_scratch_read_errors(dut, noise):
         exp.status, exp.wrote_table, exp.rows_written = Status.READ_ERROR, False, 0
         if where == "offsets" or (where == "indices" and nth == 1):
             exp.updates = 0
+        if where == "ring":         # read as a NOP with every field zero
+            exp.fields, exp.kind, exp.bags, exp.updates = {}, DescKind.NOP.value, 0, 0
         await drv.run()
         assert good.status is Status.OK
         assert lead is None or lead.status is Status.OK, lead.status

@@ -219,12 +219,14 @@ class Trainer:
         # The log holds the records of one uncommitted batch: at most one per index.
         self.log_slots = 1 << max(1, (most - 1).bit_length())
         order = max(4, (2 * w.num_tables + 1).bit_length())
-        # Scratch buffers in GPU memory: a window right above the HDM range.
+        # Scratch buffers and the descriptor ring in GPU memory: a window right above the
+        # HDM range.
         cfg = tb.config
         scratch = (HostScratch(gpu, base=cfg.hdm_base + cfg.hdm_size, size=cfg.pmem_size)
                    if gpu is not None else None)
         self.drv = TrainDriver(tb, log_slots=self.log_slots, mlp_bytes=len(self.params0),
-                               ring_order=order, scratch=scratch)
+                               ring_order=order, scratch=scratch,
+                               ring_host=scratch is not None)
         self.meter = Meter(tb, gpu)
         self.tables = []
         self.golden: dict[int, list[np.ndarray]] = {}

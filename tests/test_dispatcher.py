@@ -39,6 +39,9 @@ KINDS = [DescKind.LOOKUP] * 6 + [DescKind.UPDATE] * 4 + [DescKind.COMMIT] * 2 + 
 
 
 def random_desc(rng: random.Random) -> dict:
+    if rng.random() < 0.03:         # its ring line's read failed: a NOP, all zeros
+        return {"kind": 0, "dim": 0, "table_id": 0, "batch_id": 0, "cookie": 0,
+                "num_bags": 0, "data_addr": 0, "bf16": 0, "num_indices": 0, "error": 1}
     kind = rng.choice(KINDS).value if rng.random() < 0.95 else rng.randrange(6, 256)
     return {"kind": kind, "dim": rng.choice([1, 16, MAX_DIM, MAX_DIM + 1, rng.getrandbits(16)]),
             "table_id": rng.getrandbits(16), "batch_id": rng.getrandbits(32),
@@ -60,6 +63,8 @@ def ck_pre(d: dict) -> int:
 
 
 def final_status(d: dict) -> int:
+    if d.get("error"):
+        return Status.READ_ERROR.value
     if d["kind"] > max(k.value for k in DescKind):
         return Status.BAD_KIND.value
     if ck_pre(d):
@@ -96,6 +101,7 @@ def _run(seed: int, *, queue: int, n_desc: int, idle: float, bp: float,
                 head = todo.popleft()
                 ctx.set(dut.i_desc.p.desc.as_value(), pack(Descriptor, head))
                 ctx.set(dut.i_desc.p.seq, seq)
+                ctx.set(dut.i_desc.p.error, head.get("error", 0))
             if head is None and not running and rng.random() < 0.2:
                 log_on = rng.random() < 0.8
                 stop_left = rng.randint(1, 10)      # a recovery runs meanwhile

@@ -49,7 +49,7 @@ class AxiToCache(wiring.Component):
     id_width : int
         Of both AXI4 ports, 1 to ``TAG_BITS - 3``: the tag's top two bits stay zero,
         room for the port number of a :class:`~hw.cxl.cache_read_mux.CacheReadMux` of up
-        to 4 ports (the engine's has 3).
+        to 4 ports (the engine's has 4).
 
     Members
     -------

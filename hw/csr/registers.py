@@ -848,7 +848,7 @@ _CACHE_ERRORS = (
 
 def _coherence_registers() -> Iterable[Register]:
     yield Register(
-        "COH_CTRL", 0x600, Kind.RW, width=4,
+        "COH_CTRL", 0x600, Kind.RW, width=5,
         fields=[Field("HDM_D", 0, 1, "Device memory is HDM-D: host requests are checked "
                       "against the bias table, MemRdFwd / MemWrFwd go to the DCOH and every "
                       "engine access is gated by bias. 0 (reset): the DCOH is bypassed, as "
@@ -862,7 +862,11 @@ def _coherence_registers() -> Iterable[Register]:
                 Field("SCRATCH_HOST", 3, 1, "LOOKUP / UPDATE buffer addresses (indices, "
                       "offsets, weights, gradients, pooled output) are offsets into the "
                       "GPU-memory scratch window at COH_SCRATCH_HOST_BASE: read with "
-                      "CXL.cache RdCurr, pooled vectors written with ItoMWr.")],
+                      "CXL.cache RdCurr, pooled vectors written with ItoMWr."),
+                Field("RING_HOST", 4, 1, "The descriptor ring is in GPU memory: "
+                      "ENG_RING_BASE is an offset into the scratch window at "
+                      "COH_SCRATCH_HOST_BASE and descriptors are read with CXL.cache "
+                      "RdCurr (a failed read completes the descriptor with READ_ERROR).")],
         doc="Coherence mode. Change only while the engine and the host's traffic are idle.")
     yield Register(
         "COH_FLIP", 0x604, Kind.PULSE, width=2,

@@ -1,7 +1,8 @@
-"""Descriptor fetch: reads the descriptors the doorbell announces from the ring in
-device memory, in order, a few ahead of execution."""
+"""Descriptor fetch: reads the descriptors the doorbell announces from the ring (in
+device memory, or in GPU memory through an :class:`~hw.bus.axi_to_cache.AxiToCache`),
+in order, a few ahead of execution."""
 
-from amaranth.hdl import C, Cat, Module, Signal
+from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -13,8 +14,9 @@ from .descriptor import Descriptor
 
 __all__ = ["FETCHED", "RING_ORDER_MAX", "DescFetch"]
 
-#: A descriptor and its number (``seq``, counted from 0 since reset).
-FETCHED = data.StructLayout({"desc": Descriptor, "seq": 32})
+#: A descriptor, its number (``seq``, counted from 0 since reset) and whether its read
+#: failed (``error``: ``desc`` is then all zeros, a NOP).
+FETCHED = data.StructLayout({"desc": Descriptor, "seq": 32, "error": 1})
 
 #: Largest ring order: 2**16 descriptors.
 RING_ORDER_MAX = 16
@@ -38,7 +40,9 @@ class DescFetch(wiring.Component):
     from the AR to the ``o_desc`` transfer), which hides the PMEM latency behind the
     execution of the descriptors before them. ``tail`` is the host's doorbell count;
     the fetch pointer starts at 0 after reset and follows it. An R response other than
-    OKAY pulses ``resp_error`` (the descriptor is still delivered as read).
+    OKAY pulses ``resp_error`` and delivers the descriptor with ``error`` set and every
+    field zero (a NOP, which the dispatcher completes with READ_ERROR), so nothing of
+    what was read can act.
 
     Parameters
     ----------
@@ -122,11 +126,13 @@ class DescFetch(wiring.Component):
             m.d.sync += used.eq(used - 1)
 
         beat = FETCHED(fifo.w_data)
+        bad = axi.rresp.any()                                   # not OKAY
         m.d.comb += [
             fifo.w_en.eq(axi.rvalid),
-            beat.desc.eq(axi.rdata),
+            beat.desc.eq(Mux(bad, 0, axi.rdata)),
             beat.seq.eq(rseq),
-            self.resp_error.eq(axi.rvalid & axi.rresp.any()),   # not OKAY
+            beat.error.eq(bad),
+            self.resp_error.eq(axi.rvalid & bad),
             self.o_desc.valid.eq(fifo.r_rdy),
             self.o_desc.payload.eq(fifo.r_data),
             fifo.r_en.eq(self.o_desc.ready),

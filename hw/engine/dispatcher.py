@@ -26,10 +26,11 @@ class Dispatcher(wiring.Component):
     sends LOOKUP and UPDATE on to the sequencers and every descriptor's completion
     information on to the completion queue.
 
-    **Checks.** An unknown ``kind`` (BAD_KIND); then the checkpoint checks of ``ckpt``
-    (:class:`~.ckpt_control.CheckpointControl`); then a LOOKUP or UPDATE with ``dim``
-    above ``max_dim``, or an UPDATE beyond the accumulator ``update_acc``
-    (UNSUPPORTED). A LOOKUP or UPDATE that passes *executes*: it goes
+    **Checks.** A descriptor whose ring line could not be read (``error``: it arrives
+    as a NOP) completes with READ_ERROR; then an unknown ``kind`` (BAD_KIND); then the
+    checkpoint checks of ``ckpt`` (:class:`~.ckpt_control.CheckpointControl`); then a
+    LOOKUP or UPDATE with ``dim`` above ``max_dim``, or an UPDATE beyond the accumulator
+    ``update_acc`` (UNSUPPORTED). A LOOKUP or UPDATE that passes *executes*: it goes
     out on ``o_exec``; every other descriptor completes without the sequencers.
 
     **Order.** The head descriptor is dispatched (taken from ``i_desc``, its ``INFO``
@@ -118,7 +119,9 @@ class Dispatcher(wiring.Component):
         m.d.comb += [ck.desc.eq(d), ck.desc_valid.eq(f.valid)]
 
         pre = Signal(Status)
-        with m.If(d.kind > _KIND_MAX):
+        with m.If(f.p.error):
+            m.d.comb += pre.eq(Status.READ_ERROR)
+        with m.Elif(d.kind > _KIND_MAX):
             m.d.comb += pre.eq(Status.BAD_KIND)
         with m.Elif(ck.pre != Status.OK):
             m.d.comb += pre.eq(ck.pre)

@@ -134,9 +134,14 @@ class Engine(wiring.Component):
         sequencers' and the gradient feed's reads, each through an
         :class:`~hw.bus.axi_to_cache.AxiToCache`), and a LOOKUP's pooled vectors are
         written there by :class:`~.completion.Completion` on ``o_cache_wr``.
+    ring_host : ``In(1)``
+        ``COH_CTRL.RING_HOST``: ``ring_base`` is an offset into the same scratch window;
+        the descriptor fetch's reads go out on ``o_cache_rd`` through an
+        :class:`~hw.bus.axi_to_cache.AxiToCache`, a read error completing the
+        descriptor with READ_ERROR (:class:`~.desc_fetch.DescFetch`).
     o_cache_rd, i_cache_rd, o_cache_wr, i_cache_wr : streams of the CXL.cache agent's
-        ``RD_REQ`` / ``RD_RSP`` / ``WR_REQ`` / ``WR_RSP``; the copier's, the sequencers'
-        and the gradient feed's reads share the read port through a
+        ``RD_REQ`` / ``RD_RSP`` / ``WR_REQ`` / ``WR_RSP``; the copier's, the sequencers',
+        the gradient feed's and the descriptor fetch's reads share the read port through a
         :class:`~hw.cxl.cache_read_mux.CacheReadMux`.
     head : ``Out(32)``
         Descriptors completed.
@@ -174,6 +179,7 @@ class Engine(wiring.Component):
             "mlp_src_host": In(1),
             "scratch_host": In(1),
             "scratch_host_line": In(LINE_ADDR_BITS),
+            "ring_host": In(1),
             "o_cache_rd": Out(stream.Signature(RD_REQ)),
             "i_cache_rd": In(stream.Signature(RD_RSP)),
             "o_cache_wr": Out(stream.Signature(WR_REQ)),
@@ -279,19 +285,22 @@ class Engine(wiring.Component):
         # gradient feed's become CXL.cache reads of the GPU-memory scratch window.
         m.submodules.seq_src = seq_src = AxiToCache(addr_width=aw, id_width=id_width)
         m.submodules.grad_src = grad_src = AxiToCache(addr_width=aw, id_width=id_width)
+        # RING_HOST: the descriptor fetch's reads too, of the ring in the same window.
+        m.submodules.fetch_src = fetch_src = AxiToCache(addr_width=aw, id_width=id_width)
         wiring.connect(m, seqs.pmem, seq_src.sub)
         wiring.connect(m, grad.pmem, grad_src.sub)
-        for src in (seq_src, grad_src):
-            m.d.comb += [src.host.eq(self.scratch_host),
-                         src.base_line.eq(self.scratch_host_line)]
+        wiring.connect(m, fetch.pmem, fetch_src.sub)
+        for src, host in ((seq_src, self.scratch_host), (grad_src, self.scratch_host),
+                          (fetch_src, self.ring_host)):
+            m.d.comb += [src.host.eq(host), src.base_line.eq(self.scratch_host_line)]
 
         # --- PMEM and CXL.cache ports
         self._share_pmem(m, id_width, {
             "gather": gather.pmem, "sequencer": seq_src.pmem, "completion": comp.pmem,
-            "fetch": fetch.pmem, "grad": grad_src.pmem, "scatter": scatter.pmem,
+            "fetch": fetch_src.pmem, "grad": grad_src.pmem, "scatter": scatter.pmem,
             "recovery": recovery.pmem}, logger=logger, copier=copier, copy_src=copy_src)
-        m.submodules.cache_rd = cache_rd = CacheReadMux(ports=3)
-        for k, src in enumerate((copy_src, seq_src, grad_src)):
+        m.submodules.cache_rd = cache_rd = CacheReadMux(ports=4)
+        for k, src in enumerate((copy_src, seq_src, grad_src, fetch_src)):
             wiring.connect(m, src.o_rd, getattr(cache_rd, f"i_req{k}"))
             wiring.connect(m, getattr(cache_rd, f"o_rsp{k}"), src.i_rd)
         wiring.connect(m, cache_rd.o_rd, wiring.flipped(self.o_cache_rd))
