@@ -95,7 +95,8 @@ class TrainDriver(CkptDriver):
     traffic no real GPU sends). With scratch buffers in GPU memory (``scratch``) the MLP
     parameters are staged there too and copied with ``COH_CTRL.MLP_SRC_HOST``, and the
     completion records go there too (``COH_CTRL.CQ_HOST``), where the driver polls and
-    checks them (a GPU-memory read each, no CXL.io round trip)."""
+    checks them (a GPU-memory read each, no CXL.io round trip); the caller may put the
+    descriptor ring there as well (``ring_host``)."""
 
     def __init__(self, tb, **kw):
         super().__init__(tb, **kw)

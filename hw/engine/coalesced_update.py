@@ -17,7 +17,7 @@ from hw.arith import Fp32ToBf16, FpAdd, FpMul
 from hw.bus.axi import AXI4Signature, AxiBurst
 from hw.widths import check_int, check_pow2
 
-from .update_layouts import DONE, ITEM, LINE_BITS, LINE_ELEMS, ctrl_layout
+from .update_layouts import DONE, ITEM, LINE_BITS, LINE_ELEMS, ctrl_layout, items_per_row
 
 __all__ = ["DONE", "ITEM", "CoalescedUpdate", "bucket_hash", "ctrl_layout"]
 
@@ -266,9 +266,8 @@ class CoalescedUpdate(wiring.Component):
         updates = Signal(32)                        # counted indices
         overflow = Signal()
         lines_used = Signal(acc_bits + 1)           # sum lines allocated
-        items_per_row = Signal(8)                   # of the staged item's descriptor
-        m.d.comb += items_per_row.eq(Mux(ctrl.bf16, ctrl.lines_per_row << 1,
-                                         ctrl.lines_per_row))
+        row_items = Signal(8)                       # of the staged item's descriptor
+        m.d.comb += row_items.eq(items_per_row(ctrl))
         base = Signal(acc_bits)                     # the first sum line of the index passing
         fresh = Signal()                            # ... its first occurrence
         drop = Signal()                             # ... dropped (overflow)
@@ -347,15 +346,11 @@ class CoalescedUpdate(wiring.Component):
         ap_active = Signal()
         ap_half = Signal()
         ap_ctrl = Signal(ctrl_layout(aw))
-        ap_count = Signal(entry_bits + 1)
-        ap_updates = Signal(32)
-        ap_overflow = Signal()
-        ap_bad = Signal()
+        ap_done = Signal(DONE)                      # rows_written: its distinct rows
         ap_no_write = Signal()
-        m.d.comb += ap_no_write.eq(ap_overflow | ap_bad)
+        m.d.comb += ap_no_write.eq(ap_done.overflow | ap_done.read_error)
         ap_items = Signal(8)                        # items (units) per row
-        m.d.comb += ap_items.eq(Mux(ap_ctrl.bf16, ap_ctrl.lines_per_row << 1,
-                                    ap_ctrl.lines_per_row))
+        m.d.comb += ap_items.eq(items_per_row(ap_ctrl))
         handover = Signal()                         # the accumulation hands over now
         acc_slot_w = Signal()                       # ... writes a bucket now
 
@@ -381,8 +376,7 @@ class CoalescedUpdate(wiring.Component):
         b_taken = axi.bvalid & axi.bready
         m.d.sync += [aw_count.eq(aw_count + aw_taken), b_count.eq(b_count + b_taken)]
         apply_busy = Signal()                       # units queued, in the pipeline or unsent
-        ap_want = Signal()                          # apply has a unit to issue
-        hold = Signal()                             # the accumulation may not issue now
+        ap_want = Signal()          # apply has a unit to issue: the accumulation may not
         # The tails: descriptors waiting for their Bs / report, oldest first, each its
         # ``o_done`` and the AW count after its last AW.
         # (registers: slot 0 the oldest, ``n_tails`` of them valid).
@@ -431,7 +425,8 @@ class CoalescedUpdate(wiring.Component):
                     m.d.comb += retire.eq(1)
                 with m.Elif(staged & ~counted):
                     m.d.comb += [issue_base.eq(base), issue_fresh.eq(fresh),
-                                 retire.eq(~hazard & ~hold), issue.eq(~hazard & ~hold & ~drop)]
+                                 retire.eq(~hazard & ~ap_want),
+                                 issue.eq(~hazard & ~ap_want & ~drop)]
                 with m.Elif(staged):
                     # ``slot_r.data`` is bucket ``probe``: a hit in either slot, both
                     # slots other rows' (read the next bucket) or a free slot (the row
@@ -442,7 +437,7 @@ class CoalescedUpdate(wiring.Component):
                     hit = hits[0] | hits[1]
                     free = ~bucket[0].valid | ~bucket[1].valid
                     alloc = (free & ~hit & ~overflow & (count != self._acc_rows)
-                             & (lines_used + items_per_row <= self._acc_lines))
+                             & (lines_used + row_items <= self._acc_lines))
                     # The bucket with the row put into its first free slot.
                     filled = Signal(bucket_layout)
                     new_slot = Cat(C(1, 1), item.row, lines_used[:acc_bits])
@@ -455,7 +450,7 @@ class CoalescedUpdate(wiring.Component):
                     with m.Else():
                         new_base = Mux(hits[0], bucket[0].base,
                                        Mux(hits[1], bucket[1].base, lines_used[:acc_bits]))
-                        wait = hazard | hold | (alloc & ~fetch_q.w_rdy)
+                        wait = hazard | ap_want | (alloc & ~fetch_q.w_rdy)
                         m.d.comb += [issue_base.eq(new_base), issue_fresh.eq(alloc),
                                      retire.eq(~wait), issue.eq(~wait & (hit | alloc))]
                         with m.If(wait):
@@ -476,7 +471,7 @@ class CoalescedUpdate(wiring.Component):
                                     fetch_q.w_en.eq(1),
                                 ]
                                 m.d.sync += [count.eq(count + 1),
-                                             lines_used.eq(lines_used + items_per_row)]
+                                             lines_used.eq(lines_used + row_items)]
 
             # Once the last sums are written and the descriptor before has been applied,
             # hand the descriptor to apply and take the next one's items into the other
@@ -484,8 +479,9 @@ class CoalescedUpdate(wiring.Component):
             with m.State("DRAIN"), m.If(~acc_busy & ~ap_active):
                 m.d.comb += handover.eq(1)
                 m.d.sync += [ap_active.eq(1), ap_half.eq(half), ap_ctrl.eq(ctrl),
-                             ap_count.eq(count), ap_updates.eq(updates),
-                             ap_overflow.eq(overflow), ap_bad.eq(bad), walk.eq(0),
+                             ap_done.rows_written.eq(count), ap_done.updates.eq(updates),
+                             ap_done.overflow.eq(overflow), ap_done.read_error.eq(bad),
+                             walk.eq(0),
                              half.eq(~half), count.eq(0), lines_used.eq(0),
                              updates.eq(0), overflow.eq(0), bad.eq(0), drop.eq(0)]
                 m.next = "RUN"
@@ -499,7 +495,7 @@ class CoalescedUpdate(wiring.Component):
         # ``entry_r`` is presented the entry after ``walk`` as the walk advances (entry
         # 0 of the half handed over as it is), so it holds ``walk``'s entry in every
         # cycle (one row per cycle).
-        m.d.comb += walking.eq(ap_active & (walk != ap_count))
+        m.d.comb += walking.eq(ap_active & (walk != ap_done.rows_written))
         with m.If(walking & (walked != fetched) & row_q.w_rdy & ~acc_slot_w):
             m.d.comb += [
                 advance.eq(1),
@@ -511,10 +507,9 @@ class CoalescedUpdate(wiring.Component):
         with m.If(ap_active & ~walking & ~apply_busy & (n_tails != self._tails)):
             m.d.comb += [tail_push.eq(1),
                          tail_in.mark.eq(aw_count + aw_taken),
-                         tail_in.done.rows_written.eq(Mux(ap_no_write, 0, ap_count)),
-                         tail_in.done.updates.eq(ap_updates),
-                         tail_in.done.overflow.eq(ap_overflow),
-                         tail_in.done.read_error.eq(ap_bad)]
+                         tail_in.done.eq(ap_done),
+                         tail_in.done.rows_written.eq(Mux(ap_no_write, 0,
+                                                          ap_done.rows_written))]
             m.d.sync += ap_active.eq(0)
 
         # The oldest tail reports once the Bs counted have reached its mark (its own Bs
@@ -608,7 +603,6 @@ class CoalescedUpdate(wiring.Component):
         # waits at most two cycles.
         go = Signal()
         m.d.comb += [ap_want.eq(row_q.r_rdy & (w_q.level + in_pipe < _WQ_DEPTH - 1)),
-                     hold.eq(ap_want),
                      go.eq(ap_want & ~valid[_ACC_READ])]
         m.d.comb += [
             p_valid[0].eq(go),

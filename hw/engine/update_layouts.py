@@ -1,11 +1,13 @@
 """Layouts and constants shared by UPDATE's blocks
 (:class:`~.coalesced_update.CoalescedUpdate` and its feeder)."""
 
+from amaranth.hdl import Mux
 from amaranth.lib import data
 
 from ..config import LINE_BITS
 
-__all__ = ["DIM_BITS", "DONE", "ITEM", "LINE_BITS", "LINE_ELEMS", "ctrl_layout"]
+__all__ = ["DIM_BITS", "DONE", "ITEM", "LINE_BITS", "LINE_ELEMS", "ctrl_layout",
+           "items_per_row"]
 
 #: fp32 elements of a line.
 LINE_ELEMS = LINE_BITS // 32
@@ -40,3 +42,9 @@ def ctrl_layout(addr_width: int) -> data.StructLayout:
         "weighted": 1,              # multiply the gradient by the item's weight
         "dim": DIM_BITS,            # elements per row: later (padding) elements are kept
     })
+
+
+def items_per_row(c):
+    """Gradient items (units) per row of a descriptor of settings ``c`` (a
+    :func:`ctrl_layout` view): one per table line, two per bf16 table line."""
+    return Mux(c.bf16, c.lines_per_row << 1, c.lines_per_row)
