@@ -101,6 +101,11 @@ def bench_mem_endpoint(config_name: str, sim: str, seed: int | None) -> dict:
 #: The engine benchmark's workload: dim 64 fp32, batch 128, 16 lanes, PMEM
 #: read latency 120 cycles at one line per cycle (``tb.bench_mem.BENCH_TIMING``).
 ENGINE_WORKLOAD = {"dim": 64, "batch": 128, "rows": 20000}
+#: Its LOOKUP runs: (pooling, descriptors, where the buffers and the ring are). The
+#: headline figures have them in GPU memory, as the training flow runs
+#: (``COH_CTRL.SCRATCH_HOST`` / ``RING_HOST``); the device-memory runs are reported
+#: beside them.
+GATHER_RUNS = ((20, 4, "gpu"), (1, 16, "gpu"), (20, 4, "device"), (1, 16, "device"))
 
 
 def _device_counters(c: dict) -> dict:
@@ -123,11 +128,13 @@ def bench_engine(config_name: str, sim: str, seed: int | None) -> dict:
     config = load_config(config_name)
     t0 = time.monotonic()
     gather = {}
-    for pooling, n_desc in ((20, 4), (1, 16)):
-        print(f"  gather, pooling {pooling} ...")
-        gather[pooling] = _measure("bench_gather", config, sim,
-                                   {**ENGINE_WORKLOAD, "pooling": pooling, "n_desc": n_desc},
-                                   seed, module="tb.bench_engine", tag=f"-p{pooling}")
+    for pooling, n_desc, scratch in GATHER_RUNS:
+        print(f"  gather, pooling {pooling}, buffers in {scratch} memory ...")
+        key = f"p{pooling}" + ("" if scratch == "gpu" else "-device")
+        gather[key] = _measure("bench_gather", config, sim,
+                               {**ENGINE_WORKLOAD, "pooling": pooling, "n_desc": n_desc,
+                                "scratch": scratch},
+                               seed, module="tb.bench_engine", tag=f"-{key}")
     print("  update, Zipf 1.05 ...")
     update = _measure("bench_update", config, sim,
                       {**ENGINE_WORKLOAD, "pooling": 20, "zipf": 1.05}, seed,
@@ -142,20 +149,23 @@ def bench_engine(config_name: str, sim: str, seed: int | None) -> dict:
         "benchmark": "engine",
         "simulator": sim,
         "config": config.name,
-        "gather_utilization_p20": gather[20]["utilization"],
-        "gather_utilization_p1": gather[1]["utilization"],
+        "gather_utilization_p20": gather["p20"]["utilization"],
+        "gather_utilization_p1": gather["p1"]["utilization"],
+        # The same with the buffers and the ring in device memory (PMEM).
+        "gather_utilization_p20_device_buffers": gather["p20-device"]["utilization"],
+        "gather_utilization_p1_device_buffers": gather["p1-device"]["utilization"],
         "update_write_saving_zipf": update["write_saving"],
         "update_cycles_per_gradient_line": update["cycles_per_gradient_line"],
         "update_distinct_rows": update["distinct_rows"],
         # 64-byte lines per kind on the engine's PMEM port (ENG_PMEM_RD_* / _WR_*) and
         # the PMEM model's media bytes, of the p20 LOOKUPs and the Zipf UPDATE.
-        "pmem_lines_lookup_p20": gather[20].get("pmem_lines"),
-        "pmem_media_bytes_lookup_p20": gather[20].get("pmem_media_bytes"),
+        "pmem_lines_lookup_p20": gather["p20"].get("pmem_lines"),
+        "pmem_media_bytes_lookup_p20": gather["p20"].get("pmem_media_bytes"),
         "pmem_lines_update_zipf": update.get("pmem_lines"),
         "pmem_media_bytes_update_zipf": update.get("pmem_media_bytes"),
         "fp_vectors_checked": sum(c["vectors"] for c in checks.values()),
         "fp_mismatches": sum(c["mismatches"] for c in checks.values()),
-        "gather_runs": {f"p{k}": v for k, v in gather.items()},
+        "gather_runs": gather,
         "update_run": update,
         "fp_checks": checks,
         "targets": {"gather_utilization_p20": ">= 0.90",

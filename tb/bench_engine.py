@@ -17,10 +17,12 @@ import numpy as np
 from hw.engine.engine import PMEM_KIND_CSRS
 from sim import embedding as emb
 from sim.embedding import FP32, LINE_BYTES
+from sim.platform import get_platform
 from tb import env
 from tb.bench_mem import BENCH_TIMING
+from tb.coherent_host import attach_gpu_memory
 from tb.device_tb import DeviceTB
-from tb.engine_driver import Batch, EngineDriver, random_table
+from tb.engine_driver import Batch, EngineDriver, HostScratch, random_table
 
 
 def _write(result: dict) -> None:
@@ -40,10 +42,21 @@ def _fixed_bags(rng, num_bags: int, pooling: int, rows: int, zipf: float | None)
     return Batch(idx, offsets)
 
 
-async def _started(dut, name: str, rows: int, dim: int):
+async def _started(dut, name: str, rows: int, dim: int, scratch: str = "device"):
+    """The device on the benchmarks' platform, one table. ``scratch``: where the
+    descriptors' buffers and the ring live: ``"device"`` memory (PMEM, written by
+    backdoor), or ``"gpu"`` memory (``COH_CTRL.SCRATCH_HOST`` and ``RING_HOST``, as the
+    training flow runs: the GPU memory of ``ideal-1ch``, 75 cycles, no link)."""
+    assert scratch in ("device", "gpu"), scratch
     tb = DeviceTB(dut, name, timing=BENCH_TIMING)
+    host = None
+    if scratch == "gpu":
+        gpu = attach_gpu_memory(tb, get_platform("ideal-1ch"), noise=False)
+        host = HostScratch(gpu, base=tb.config.hdm_base + tb.config.hdm_size,
+                           size=tb.config.pmem_size)
     await tb.start()
-    drv = EngineDriver(tb, ring_order=6, heap_end=tb.config.pmem_size)
+    drv = EngineDriver(tb, ring_order=6, heap_end=tb.config.pmem_size, scratch=host,
+                       ring_host=host is not None)
     await drv.setup()
     rng = np.random.default_rng(tb.rng.getrandbits(64))
     table = await drv.add_table(random_table(rng, rows, dim, FP32))
@@ -79,12 +92,14 @@ async def _run_timed(tb: DeviceTB, drv: EngineDriver) -> int:
 async def bench_gather(dut):
     """LOOKUP utilization: ``n_desc`` LOOKUPs of ``batch`` bags of exactly ``pooling``
     uniformly random rows each (dim ``dim`` fp32) in one doorbell, PMEM read latency
-    120 cycles at one line per cycle peak. Utilization = table lines delivered per
-    cycle from the doorbell to the last completion, divided by the PMEM peak."""
+    120 cycles at one line per cycle peak, buffers and ring where ``scratch`` says.
+    Utilization = table lines delivered per cycle from the doorbell to the last
+    completion, divided by the PMEM peak."""
     p = env.params()
     pooling, batch, n_desc = int(p["pooling"]), int(p.get("batch", 128)), int(p["n_desc"])
     dim, rows = int(p.get("dim", 64)), int(p.get("rows", 20000))
-    tb, drv, rng, table = await _started(dut, f"bench_gather_p{pooling}", rows, dim)
+    scratch = p.get("scratch", "device")
+    tb, drv, rng, table = await _started(dut, f"bench_gather_p{pooling}", rows, dim, scratch)
     await tb.csr.write("PERF_CTRL", 1)
     for i in range(n_desc):
         await drv.lookup(table, _fixed_bags(rng, batch, pooling, rows, None), batch_id=i)
@@ -101,6 +116,7 @@ async def bench_gather(dut):
     _write({
         "pooling": pooling, "batch": batch, "descriptors": n_desc, "dim": dim,
         "dtype": "fp32", "table_rows": rows, "lanes": tb.config.engine_lanes,
+        "scratch": scratch,
         "pmem_read_latency": BENCH_TIMING.read_latency,
         "pmem_peak_lines_per_cycle": peak,
         "cycles": cycles, "table_lines": gathered,

@@ -60,7 +60,7 @@ from tb.link import DATA_BYTES, HEADER_BYTES, Link
 from tb.stream import StreamChecker, StreamSink, StreamSource
 
 __all__ = ["CoherenceChecker", "CoherentHostAgent", "CxlCacheBfm", "GpuHome", "HostCache",
-           "LineLocks", "LostToReset"]
+           "LineLocks", "LostToReset", "attach_gpu_memory"]
 
 _H2D = {"req": ("i_h2d_req", H2DReq), "rsp": ("i_h2d_rsp", H2DRsp),
         "data": ("i_h2d_data", H2DData)}
@@ -819,3 +819,28 @@ class HostCache:
                     f"PMEM line {dev:#x} does not hold the last write in coherence order")
             n += 1
         return n
+
+
+def attach_gpu_memory(tb, platform, *, noise: bool) -> GpuHome:
+    """GPU memory on the device's CXL.cache ports, behind the bench's link: the home of
+    the scratch buffers (``docs/platform.md``, "GPU memory"). It answers a read after
+    the platform's GPU memory latency and pulls a write's data at once; with ``noise``
+    it adds jitter, answers in random order and splits some write answers."""
+    gpu = None
+
+    def d2h(channel: str, fields: dict, cycle: int) -> None:
+        gpu.d2h(channel, fields, cycle)
+
+    bfm = CxlCacheBfm(tb.dut, tb.loop, rng=tb.rng, idle=tb.idle,
+                      backpressure=tb.backpressure, on_d2h=d2h)
+    timing = HomeTiming(read_latency=platform.gpu_memory_cycles, write_latency=1,
+                        jitter=8 if noise else 0, reorder=noise,
+                        split_writes=0.3 if noise else 0.0)
+    gpu = GpuHome(bfm, tb.loop, rng=tb.rng, timing=timing, link=tb.link)
+
+    def reset() -> None:
+        bfm.device_reset()
+        gpu.device_reset()
+
+    tb.reset_hooks.append(reset)
+    return gpu

@@ -63,9 +63,8 @@ from sim.platform import DEFAULT_PLATFORM, get_platform
 from sim.train import reference_train, tables_digest
 from sim.workloads import SyntheticClicks, get_workload
 from tb import env
-from tb.cache_home import HomeTiming
 from tb.ckpt_driver import CkptDriver
-from tb.coherent_host import CxlCacheBfm, GpuHome
+from tb.coherent_host import GpuHome, attach_gpu_memory
 from tb.device_tb import DeviceTB
 from tb.engine_driver import Batch, HostScratch
 from tb.link import Link
@@ -253,6 +252,8 @@ class Trainer:
         for data in init_tables(self.w, self.seed):
             self.tables.append(await drv.add_table(data))
         self.mark = drv.heap.next
+        # The scratch window's buffers come after the ring (RING_HOST).
+        self.scratch_mark = drv.scratch.heap.next if drv.scratch is not None else None
         self.golden[0] = [t.data for t in self.tables]
         self._evaluate(0)
         if self.mode == "trainingcxl":
@@ -362,7 +363,7 @@ class Trainer:
         """Free the buffers of every descriptor so far (all completed)."""
         self.drv.heap.release(self.mark)
         if self.drv.scratch is not None:
-            self.drv.scratch.heap.release(self.drv.scratch.heap.start)
+            self.drv.scratch.heap.release(self.scratch_mark)
 
     async def _start_batch(self, b: int, batch, *, capture: bool) -> tuple[list, int]:
         """Batch ``b`` begins in an engine mode with a doorbell of its own for its LOOKUPs
@@ -661,31 +662,6 @@ async def _auto_crash_point(tr: Trainer, task, start: int) -> int:
         return -1
     length = tr.starts[c] - tr.starts[c - 1] if c >= 2 else tr.gpu_cycles
     return tr.starts[c] + int(f * length) - start
-
-
-def attach_gpu_memory(tb: DeviceTB, platform, *, noise: bool) -> GpuHome:
-    """GPU memory on the device's CXL.cache ports, behind the bench's link: the home of
-    the scratch buffers (``docs/platform.md``, "GPU memory"). It answers a read after
-    the platform's GPU memory latency and pulls a write's data at once; with ``noise``
-    it adds jitter, answers in random order and splits some write answers."""
-    gpu = None
-
-    def d2h(channel: str, fields: dict, cycle: int) -> None:
-        gpu.d2h(channel, fields, cycle)
-
-    bfm = CxlCacheBfm(tb.dut, tb.loop, rng=tb.rng, idle=tb.idle,
-                      backpressure=tb.backpressure, on_d2h=d2h)
-    timing = HomeTiming(read_latency=platform.gpu_memory_cycles, write_latency=1,
-                        jitter=8 if noise else 0, reorder=noise,
-                        split_writes=0.3 if noise else 0.0)
-    gpu = GpuHome(bfm, tb.loop, rng=tb.rng, timing=timing, link=tb.link)
-
-    def reset() -> None:
-        bfm.device_reset()
-        gpu.device_reset()
-
-    tb.reset_hooks.append(reset)
-    return gpu
 
 
 @cocotb.test()
