@@ -85,7 +85,7 @@ class DeviceConfig:
         indices times gradient lines per row than ``update_acc_lines``, completes
         UNSUPPORTED.
     engine_sequencers:
-        Bag sequencers of the engine (1 to 4): that many LOOKUP / UPDATE descriptors
+        Bag sequencers of the engine (1 to 8): that many LOOKUP / UPDATE descriptors
         have their checks and index reads in flight at once (``docs/embedding.md``,
         "Execution order"). Each takes AXI ID bits: ``axi_id_width -
         Engine.MANAGER_ID_BITS - ceil(log2 engine_sequencers)`` must be at least 2 (the
@@ -142,8 +142,8 @@ class DeviceConfig:
     page_bytes: int = 65536
     dcoh_cqids: int = 256
     cache_cqids: int = 128
-    cache_write_cqids: int = 16
-    engine_sequencers: int = 4
+    cache_write_cqids: int = 64
+    engine_sequencers: int = 8
     meta_state: int = 0
     seq_replay_lines: int = 256
 
@@ -214,8 +214,8 @@ class DeviceConfig:
         from .engine.engine import Engine
         seq_bits = (self.engine_sequencers - 1).bit_length()
         spare = self.axi_id_width - Engine.MANAGER_ID_BITS - seq_bits
-        if not 1 <= self.engine_sequencers <= 4 or spare < 2:
-            raise ValueError(f"engine_sequencers must be between 1 and 4, with axi_id_width - "
+        if not 1 <= self.engine_sequencers <= 8 or spare < 2:
+            raise ValueError(f"engine_sequencers must be between 1 and 8, with axi_id_width - "
                              f"{Engine.MANAGER_ID_BITS} - ceil(log2 engine_sequencers) at least "
                              f"2, not {self.engine_sequencers}")
         if self.seq_replay_lines and (not is_pow2(self.seq_replay_lines)

@@ -7,6 +7,14 @@ Usage::
 
 Each design is written to ``<out>/<config>/<module>.v`` with the module name
 ``tcxl_<design>_<config>``, so several configurations can live in one FPGA project.
+
+Memories of :data:`NO_INIT_BITS` bits or more whose initial contents are all zero (every
+memory of this RTL) are written without an initial value: the RTL writes each entry
+before it reads it and never relies on a memory's contents after reset (the Icarus
+runs, where an unwritten entry reads as X, check it for the ``small`` device's large
+memories). An FPGA flow then infers block RAM without an init file, and the Verilog of
+the ``default`` device stays a few MB instead of tens (its UPDATE accumulator alone is
+32 Mbit).
 """
 
 from __future__ import annotations
@@ -17,11 +25,15 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from amaranth.back import verilog
+from amaranth.back import rtlil, verilog
 
 from .config import DeviceConfig, load_config
 
-__all__ = ["DESIGNS", "elaborate", "emit", "main", "module_name"]
+__all__ = ["DESIGNS", "NO_INIT_BITS", "elaborate", "emit", "main", "module_name"]
+
+#: Memories of at least this many bits are emitted without their (all-zero) initial
+#: contents.
+NO_INIT_BITS = 1 << 16
 
 #: design name -> "module:Class"; every class takes ``config=`` as its only argument.
 DESIGNS: dict[str, str] = {
@@ -49,6 +61,27 @@ def elaborate(design: str, config: DeviceConfig):
     return _factory(design)(config=config)
 
 
+def _emit_memory(emitter, cell_idx, cell) -> None:
+    """Amaranth's memory emission without the ``$meminit`` of a large all-zero memory
+    (module docstring): the memory cell itself is emitted by its ports."""
+    if cell.width * cell.depth >= NO_INIT_BITS and not any(cell.init):
+        return
+    _AMARANTH_EMIT_MEMORY(emitter, cell_idx, cell)
+
+
+_AMARANTH_EMIT_MEMORY = rtlil.ModuleEmitter.emit_memory
+
+
+def to_verilog(block, name: str) -> str:
+    """``block`` as Verilog (module ``name``), large zero memories without an initial
+    value."""
+    rtlil.ModuleEmitter.emit_memory = _emit_memory
+    try:
+        return verilog.convert(block, name=name, emit_src=False)
+    finally:
+        rtlil.ModuleEmitter.emit_memory = _AMARANTH_EMIT_MEMORY
+
+
 def emit(design: str, config: DeviceConfig, out_dir: Path) -> tuple[Path, str]:
     """Write one design's Verilog; returns (path, top module name).
 
@@ -57,7 +90,7 @@ def emit(design: str, config: DeviceConfig, out_dir: Path) -> tuple[Path, str]:
     """
     name = module_name(design, config)
     block = elaborate(design, config)
-    text = verilog.convert(block, name=name, emit_src=False)
+    text = to_verilog(block, name)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.v"
     if not path.exists() or path.read_text() != text:

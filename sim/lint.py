@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from hw.config import load_config, preset_names
-from hw.gen import DESIGNS
+from hw.gen import DESIGNS, to_verilog
 
 from . import toolenv
 from .runner import BUILD, emit_shared
@@ -68,13 +68,11 @@ def standalone_blocks() -> dict:
 
 def lint_block(name: str, factory) -> tuple[bool, str]:
     """Lint one standalone block built by ``factory()``."""
-    from amaranth.back import verilog
-
     top = f"tcxl_{name}"
     out = BUILD / "lint" / "blocks"
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{top}.v"
-    path.write_text(verilog.convert(factory(), name=top, emit_src=False))
+    path.write_text(to_verilog(factory(), top))
     return lint_file(path, top)
 
 

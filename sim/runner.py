@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import amaranth
-from amaranth.back import verilog
 from filelock import FileLock
 
 from hw.config import DeviceConfig
-from hw.gen import emit, module_name
+from hw.gen import emit, module_name, to_verilog
 
 from . import toolenv
 
@@ -107,7 +106,7 @@ def _emit(design: str, config: DeviceConfig, out_dir: Path,
         return emit_shared(design, config)
     # Same naming and write-if-changed rule as hw.gen.emit, for a test-only design.
     name = module_name(design, config)
-    text = verilog.convert(factory(config), name=name, emit_src=False)
+    text = to_verilog(factory(config), name)
     return _write_if_changed(out_dir / f"{name}.v", text), name
 
 
