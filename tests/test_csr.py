@@ -345,7 +345,7 @@ def test_contract_offsets_and_ports():
         "ck_overflow_batch": ("in", 32), "ck_records_inc": ("in", 1),
         "ck_undo_stall_inc": ("in", 1), "ck_mlp_lines_inc": ("in", 1),
         "ck_mlp_stall_inc": ("in", 1),
-        "coh_ctrl": ("out", 4), "coh_flip": ("out", 2), "coh_flip_first": ("out", 32),
+        "coh_ctrl": ("out", 5), "coh_flip": ("out", 2), "coh_flip_first": ("out", 32),
         "coh_flip_pages": ("out", 32), "coh_flip_status": ("in", 3),
         "coh_dcoh_err_set": ("in", 11), "coh_dcoh_err": ("out", 11),
         "coh_dcoh_err_info": ("in", 32), "coh_dcoh_err_addr_lo": ("in", 32),

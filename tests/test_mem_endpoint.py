@@ -1031,7 +1031,7 @@ def test_immediate_response_latency():
 
 def test_read_throughput_with_long_latency():
     cfg = DeviceConfig(name="thru", pmem_size=1 << 16, hdm_size=1 << 16, max_tags=128,
-                       axi_id_width=7, hazard_buckets=16)
+                       axi_id_width=7, hazard_buckets=16, engine_sequencers=4)
     tb = TB(cfg, rd_latency=(120, 120))
     n = 600
     for k in range(n):
