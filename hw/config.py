@@ -210,14 +210,16 @@ class DeviceConfig:
                 or not self.engine_max_dim // 16 <= self.update_acc_lines <= 65536):
             raise ValueError("update_acc_lines must be a power of two between engine_max_dim / 16 "
                              f"and 65536, not {self.update_acc_lines}")
-        # The engine owns its manager list (imported here: the engine imports this module).
+        # The engine owns its manager list and a sequencer its ID needs (imported here:
+        # the engine imports this module).
+        from .engine.bag_sequencer import ID_BITS
         from .engine.engine import Engine
         seq_bits = (self.engine_sequencers - 1).bit_length()
         spare = self.axi_id_width - Engine.MANAGER_ID_BITS - seq_bits
-        if not 1 <= self.engine_sequencers <= 8 or spare < 2:
+        if not 1 <= self.engine_sequencers <= 8 or spare < ID_BITS:
             raise ValueError(f"engine_sequencers must be between 1 and 8, with axi_id_width - "
                              f"{Engine.MANAGER_ID_BITS} - ceil(log2 engine_sequencers) at least "
-                             f"2, not {self.engine_sequencers}")
+                             f"{ID_BITS}, not {self.engine_sequencers}")
         if self.seq_replay_lines and (not is_pow2(self.seq_replay_lines)
                                       or not 2 <= self.seq_replay_lines <= 4096):
             raise ValueError("seq_replay_lines must be 0 or a power of two between 2 and "

@@ -17,9 +17,8 @@ import numpy as np
 from hw.engine.engine import PMEM_KIND_CSRS
 from sim import embedding as emb
 from sim.embedding import FP32, LINE_BYTES
-from sim.platform import get_platform
 from tb import env
-from tb.bench_mem import BENCH_TIMING
+from tb.bench_mem import BENCH_PLATFORM, BENCH_TIMING
 from tb.coherent_host import attach_gpu_memory
 from tb.device_tb import DeviceTB
 from tb.engine_driver import Batch, EngineDriver, HostScratch, random_table
@@ -51,7 +50,7 @@ async def _started(dut, name: str, rows: int, dim: int, scratch: str = "device")
     tb = DeviceTB(dut, name, timing=BENCH_TIMING)
     host = None
     if scratch == "gpu":
-        gpu = attach_gpu_memory(tb, get_platform("ideal-1ch"), noise=False)
+        gpu = attach_gpu_memory(tb, BENCH_PLATFORM, noise=False)
         host = HostScratch(gpu, base=tb.config.hdm_base + tb.config.hdm_size,
                            size=tb.config.pmem_size)
     await tb.start()

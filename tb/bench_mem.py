@@ -22,7 +22,8 @@ from tb.pmem import PmemTiming
 #: The benchmarks' PMEM: the ``ideal-1ch`` platform (``docs/platform.md``): one channel
 #: at one line per cycle for reads and writes, read latency 120 cycles, write latency
 #: 40 cycles, responses in order of readiness (no jitter).
-BENCH_TIMING = PmemTiming.from_platform(get_platform("ideal-1ch"))
+BENCH_PLATFORM = get_platform("ideal-1ch")
+BENCH_TIMING = PmemTiming.from_platform(BENCH_PLATFORM)
 
 
 def _write(result: dict) -> None:

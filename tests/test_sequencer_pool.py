@@ -41,7 +41,7 @@ import random
 import numpy as np
 import pytest
 
-from hw.engine.bag_sequencer import STATUS
+from hw.engine.bag_sequencer import ID_BITS, STATUS
 from hw.engine.descriptor import DescKind, pack_descriptor
 from hw.engine.sequencer_pool import SequencerPool, rows_layout, update_layout
 from sim.embedding import lines_per_row
@@ -232,9 +232,8 @@ def _run(seed: int, sequencers: int, *, n: int, idle: float, bp: float,
     parameter (UPDATEs begun and not durable at once); ``scratch_host`` None:
     random."""
     rng = random.Random(seed)
-    # Two ID bits per sequencer (its buffer readers), as the engine's configuration
-    # check asks.
-    id_width = max(ID_WIDTH, (sequencers - 1).bit_length() + 2)
+    # Each sequencer keeps the ID bits its buffer readers need.
+    id_width = max(ID_WIDTH, (sequencers - 1).bit_length() + ID_BITS)
     dut = SequencerPool(addr_width=ADDR_WIDTH, id_width=id_width, sequencers=sequencers,
                         updates=updates)
     model = PmemModel(size=PMEM_SIZE, rng=random.Random(seed + 1),

@@ -19,7 +19,7 @@ from .line_replay import REPLAY_PORTS, LineReplay
 from .reader_arbiter import ReaderArbiter
 from .row_gather import ROW
 
-__all__ = ["STATUS", "BagSequencer"]
+__all__ = ["ID_BITS", "STATUS", "BagSequencer"]
 
 #: The completion status of one descriptor (a :class:`~.descriptor.Status` code).
 STATUS = data.StructLayout({"status": 8, "read_error": 1})
@@ -28,6 +28,8 @@ STATUS = data.StructLayout({"status": 8, "read_error": 1})
 _BAG_FIFO = 16
 #: The buffer readers in AXI ID order (the arbiter serves them round robin).
 _READERS = ("offsets", "indices", "scan", "weights")
+#: AXI ID bits a bag sequencer needs at least: one ID per buffer reader.
+ID_BITS = (len(_READERS) - 1).bit_length()
 
 
 class BagSequencer(wiring.Component):
@@ -155,7 +157,7 @@ class BagSequencer(wiring.Component):
 
     def __init__(self, *, addr_width: int, id_width: int, replay_lines: int = 0):
         check_int("addr_width", addr_width, 12, 48)
-        check_int("id_width", id_width, 2, 16)
+        check_int("id_width", id_width, ID_BITS, 16)
         if check_int("replay_lines", replay_lines, 0, 4096):
             check_pow2("replay_lines", replay_lines, 2, 4096)
         self._addr_width = addr_width
