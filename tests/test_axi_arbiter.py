@@ -29,7 +29,7 @@ from amaranth.sim import Simulator
 
 from hw.bus.axi import AxiBurst
 from hw.bus.axi_arbiter import AxiArbiter
-from sim.lint import WAIVERS
+from hw.gen import LINT_WAIVERS
 from tb.pmem import LINE_BYTES, PmemModel, PmemTiming, strb_mask
 
 from .stream_rule import StreamRule
@@ -595,7 +595,7 @@ def test_full_throughput_uncontended(registered):
 # --- generated Verilog ------------------------------------------------------------------------
 
 #: The project's lint: -Wall with the waivers for Amaranth's output (sim/lint.py).
-LINT = ["--lint-only", "-Wall", *WAIVERS]
+LINT = ["--lint-only", "-Wall", *LINT_WAIVERS]
 
 
 @pytest.mark.parametrize("priorities", [(0, 0, 1), (0,), (1, 0), (3, 1, 2, 0, 0, 1, 2, 2)],

@@ -407,36 +407,41 @@ def test_throughput(seed):
     """lanes = 16, dense input and a ready sink: one line per cycle while accumulating
     whenever lines_per_row * P >= 3, the adder's latency (sum and max; results are
     forwarded to the operations issued 3 to 5 cycles after them), 2 lines per 3 cycles
-    with one line and P = 2, and the final round emits one line per cycle. A bag of
-    8 one-line rows (P = 4) costs 8 cycles of accumulation and 3 combination rounds of
-    3 cycles (the next bag's first row waits for the last round)."""
+    with one line and P = 2, and the final round emits one line per cycle. A bag's
+    combination overlaps the next bag's rows: a stream of bags takes max(n * L,
+    (R - 1) * max(L, 3) + L) cycles per bag (R = max(min(n, P) - 1, 1) rounds)."""
     rng = np.random.default_rng(seed)
-    descs = [
-        random_desc(rng, dim=32, dtype=FP32, mode=SUM, lengths=[30], special=0),
-        random_desc(rng, dim=32, dtype=FP32, mode=MAX, lengths=[30], special=0),
-        random_desc(rng, dim=16, dtype=FP32, mode=SUM, lengths=[24], special=0),
-        random_desc(rng, dim=80, dtype=FP32, mode=SUM, lengths=[1], special=0),
-        random_desc(rng, dim=16, dtype=FP32, mode=SUM, lengths=[8, 8, 8], special=0),
+    plan = [  # (dim, mode, bag lengths)
+        (32, SUM, [30]), (32, MAX, [30]), (16, SUM, [24]),
+        (80, SUM, [1]),                 # waits 2 cycles for the 24-row bag's combination
+        (16, SUM, [8, 8, 8]),           # 8 cycles of rows against 7 of combination
+        (64, SUM, [20, 20, 20]),        # the engine bench's p20: 80 against 12
+        (64, SUM, [1] * 6),             # its p1: 4 against 4 (the first waits for 12)
+        (16, SUM, [4] * 5),             # 4 against 7: combination-bound
     ]
+    descs = [random_desc(rng, dim=dim, dtype=FP32, mode=mode, lengths=lengths, special=0)
+             for dim, mode, lengths in plan]
     tb = TB(CONFIGS["lanes16-p4"], seed, idle=False, backpressure=False)
     tb.check(descs)
     accepted, delivered = tb.log["accepted"], tb.log["delivered"]
-    # The input register takes a line when the one before it issues, so transfers
-    # 1..59 of a bag are the issue cycles of its lines 0..58 (transfer 0 may come early,
-    # while the previous bag is combined).
-    assert np.diff(accepted[1:60]).tolist() == [1] * 58
-    assert np.diff(accepted[61:120]).tolist() == [1] * 58
-    # Rows k and k + 4 use the same accumulator line, 4 cycles apart: no wait.
-    assert np.diff(accepted[121:144]).tolist() == [1] * 22
+    # The input register takes a line when the one before it issues, so the gap after
+    # transfer i is the wait of line i's issue: a bag's last line waits there for the
+    # combining pipeline. First line of each bag:
+    bounds = np.cumsum([0] + [lines_per_row(dim, FP32) * n for dim, _, lengths in plan
+                              for n in lengths]).tolist()
+    gaps = np.diff(accepted).tolist()
+    slow = {i: g for i, g in enumerate(gaps) if g != 1}
+    print(f"gaps other than 1 (after transfer i): {slow}")
+    one_row_80 = bounds[3]                      # the 80-element row
+    after_p20 = bounds[3 + 1 + 3 + 3]           # the first one-row bag
+    four_row = bounds[3 + 1 + 3 + 3 + 6]        # the first 4-row bag
+    expected = {one_row_80 + 4: 3,              # its only line ... waits 7 - 5 cycles
+                after_p20 + 3: 12 - 4 + 1}      # the one-row bag after a 20-row bag
+    for bag in range(2, 5):     # 4-row bags 2..4 (bag 1 follows a 4-cycle combination;
+        # bag 5's last line has no transfer after it): 7 cycles each
+        expected[four_row + 4 * bag - 1] = 7 - 3
+    assert slow == expected, (slow, expected)
     assert np.diff(delivered[5:10]).tolist() == [1] * 4     # the 80-element row's lines
-    # Bags of 8 one-line rows: 7 cycles between a bag's first and last rows, then the
-    # combination (3 rounds, each waiting for the previous one's result, 3 cycles).
-    bag = accepted[149:173]                 # after 60 + 60 + 24 + 5 lines
-    gaps = np.diff(bag).tolist()
-    print(f"8-row bags of one line: gaps {gaps}")
-    assert gaps[1:8] == [1] * 7 and gaps[9:16] == [1] * 7
-    per_bag = bag[16] - bag[8]
-    assert per_bag <= 8 + 3 * 3 + 2, per_bag
     # P = 2: rows k and k + 2 share a line, 2 cycles apart: 2 rows every 3 cycles.
     tb = TB({"lanes": 16, "partials": 2, "max_lines_per_row": 10}, seed, idle=False,
             backpressure=False)

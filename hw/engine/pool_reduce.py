@@ -67,54 +67,66 @@ class PoolReduce(wiring.Component):
     line holds 32 elements, i.e. two fp32 lines' worth: it is widened (exactly: 16 zero
     bits appended to each element) and processed as ``2 * 16 / lanes`` beats, elements
     in order, so bf16 table line ``j`` occupies accumulator lines ``2j`` (elements
-    0..15) and ``2j + 1`` (elements 16..31). Every beat is an operation through a
-    fixed, never-stalling pipeline: :class:`~hw.arith.FpMul` (by the weight, or by 1.0
-    when unweighted: ``fl(1 * x)`` is ``x`` bit for bit except that a NaN becomes the
-    canonical NaN, which no later step can tell apart, since a NaN operand makes every
-    add, maximum and division the canonical NaN), then the partial's accumulator line is
-    read from
-    its memory (one :class:`~amaranth.lib.memory.Memory` per partial, ``lanes * 32``
-    bits wide, ``max_lines_per_row * 16 / lanes`` deep, synchronous read, read data
-    registered before the arithmetic), :class:`~hw.arith.FpAdd` or
-    :class:`~hw.arith.FpMax`, and written back. A partial that is fresh (``row_k < P``)
-    is not read: the operation starts from +0.0 / -inf, so memories are never cleared.
+    0..15) and ``2j + 1`` (elements 16..31). Two pipelines of the same stages do the
+    work: the *accumulating* pipeline takes the rows, the *combining* pipeline the
+    partials of the bag before, so a bag's combination overlaps the next bag's rows.
+    The partials live in two banks (bags alternate between them) of one
+    :class:`~amaranth.lib.memory.Memory` per partial (``lanes * 32`` bits wide,
+    ``max_lines_per_row * 16 / lanes`` deep, synchronous read, read data registered
+    before the arithmetic); a bank's ports serve whichever pipeline works on it (two
+    operations issued in the same cycle are always for different banks, and the
+    pipelines read and write at the same stages, so the ports never collide).
 
-    At the end of the bag (after the last beat of the row with ``last_row``), input
-    stalls while the same pipeline combines the partials: with ``Q = min(n, P)``,
-    rounds ``r = 1 .. Q-1`` compute ``acc_0 = op(acc_0, acc_r)`` over every beat of the
-    row, the last round sending its results to the output instead of memory (with
-    ``Q <= 1`` one round sends ``op(acc_0, identity)``, which is ``acc_0``; an empty bag
-    sends ``op(+0, identity) = +0``). Partials ``p >= n`` are skipped, which is exact:
-    a sum partial that was never -0 plus +0, or the maximum with -inf, is the other
-    operand bit for bit. The outputs pass an output FIFO, the dividers (mean:
-    ``lanes`` :class:`~hw.arith.FpDiv`, in lockstep, by ``float(n)``; other modes bypass
-    them, in order), the bf16 rounding (``lanes`` :class:`~hw.arith.Fp32ToBf16`; fp32
-    results are carried past unchanged) and a packer that assembles output lines.
+    Every beat of a row is an operation through the accumulating pipeline, which never
+    stalls once issued: :class:`~hw.arith.FpMul` (by the weight, or by 1.0 when
+    unweighted: ``fl(1 * x)`` is ``x`` bit for bit except that a NaN becomes the
+    canonical NaN, which no later step can tell apart, since a NaN operand makes every
+    add, maximum and division the canonical NaN), the partial's accumulator line read
+    from its memory, :class:`~hw.arith.FpAdd` or :class:`~hw.arith.FpMax`, and the
+    write-back. A partial that is fresh (``row_k < P``) is not read: the operation
+    starts from +0.0 / -inf, so memories are never cleared.
+
+    When the last beat of the row with ``last_row`` issues, the bag is handed over to
+    the combining pipeline (its own adders and maximum units, no multiplier), which
+    combines the partials of that bank: with ``Q = min(n, P)``, rounds ``r = 1 ..
+    Q-1`` compute ``acc_0 = op(acc_0, acc_r)`` over every beat of the row, the last
+    round sending its results to the output instead of memory (with ``Q <= 1`` one
+    round sends ``op(acc_0, identity)``, which is ``acc_0``; an empty bag sends
+    ``op(+0, identity) = +0``). Partials ``p >= n`` are skipped, which is exact: a sum
+    partial that was never -0 plus +0, or the maximum with -inf, is the other operand
+    bit for bit. The hand-over waits while the combining pipeline still has a bag
+    (it frees in the cycle it issues that bag's last operation). The outputs pass an
+    output FIFO, the dividers (mean: ``lanes`` :class:`~hw.arith.FpDiv`, in lockstep,
+    by ``float(n)``; other modes bypass them, in order), the bf16 rounding (``lanes``
+    :class:`~hw.arith.Fp32ToBf16`; fp32 results are carried past unchanged) and a
+    packer that assembles output lines.
 
     **Throughput and latency** (``B = 16 / lanes`` beats per fp32 line, ``S = B`` for
-    fp32 and ``2B`` for bf16 tables, ``A = 3`` the adder latency). Accumulation takes
-    one beat per cycle (one line per cycle at ``lanes = 16`` for fp32) whenever
-    ``P * lines_per_row * S >= A = 3``: an operation reads its accumulator line two
-    cycles before its operands meet the adder, and the results of the operations issued
-    3 to 5 cycles before it, whose write-backs that read misses, are forwarded to it
-    from the adder's output and two registers behind it; a beat whose line was updated
-    by one of the two operations just before it waits (a read-after-write stall), so
-    e.g. one-line rows with ``P = 2`` run at 2 lines per 3 cycles. Per bag, input then
-    stalls for the combination: ``max(Q - 1, 1)`` rounds of ``lines_per_row * S``
-    cycles each, a round waiting for the previous round's result of the same line when
-    ``lines_per_row * S < 3`` (so at least 3 cycles a round): a bag of 8 one-line fp32
-    rows with ``P = 4`` takes 15 cycles from its first row to the next bag's. The last
-    round issues one beat per cycle while the output keeps up (a 10-entry output FIFO,
-    reserved at issue); for mean the dividers take one beat
-    every ``ceil(25 / div_bits_per_cycle) + 1`` cycles (6 at the default), which paces
-    that round once the FIFO is full. From the issue of a final-round beat to its output
-    line: 10 cycles (6 of pipeline, 2 in the output FIFO, 1 of bf16 rounding, the output
-    register), plus the divider latency ``ceil(25/k) + 3`` for mean. Measured at
-    ``lanes = 16``, fp32, P = 4, ready sink: a bag of 8 rows of 10 lines takes 80 cycles
-    of input, then input stalls 30 cycles; its first output line leaves 32 cycles and its
-    last 41 cycles after its last input line (mean: 40 and 94). Results do not depend on
-    input idle cycles or output backpressure: every stall only delays operations, whose
-    order is fixed.
+    fp32 and ``2B`` for bf16 tables, ``L = lines_per_row``, ``A = 3`` the adder
+    latency). Accumulation takes one beat per cycle (one line per cycle at
+    ``lanes = 16`` for fp32) whenever ``P * L * S >= A = 3``: an operation reads its
+    accumulator line two cycles before its operands meet the adder, and the results of
+    the operations issued 3 to 5 cycles before it, whose write-backs that read misses,
+    are forwarded to it from the adder's output and two registers behind it (the
+    combining pipeline also takes the accumulating pipeline's results, so it can start
+    on a bag the cycle after its last row); a beat whose line was updated by one of the
+    two operations just before it waits (a read-after-write stall), so e.g. one-line
+    rows with ``P = 2`` run at 2 lines per 3 cycles. Combining a bag takes
+    ``C = (R - 1) * max(L * S, 3) + L * S`` cycles with ``R = max(Q - 1, 1)`` rounds (a
+    round waits for the previous round's result of the same line). A stream of bags
+    therefore takes ``max(n * L * S, C)`` cycles per bag: rows arrive at one beat per
+    cycle across bag boundaries as long as each bag's rows take at least as long as
+    the combination of the bag before (a bag of 20 four-line fp32 rows: 80 cycles
+    against 12; 8 one-line rows: 8 against 7; a one-row bag of 4 lines: 4 against 4),
+    else the last row of a bag waits for the combining pipeline (4 one-line rows, P = 4:
+    7 cycles a bag). The last round issues one beat per cycle while the output keeps up
+    (an output FIFO of 10 entries, reserved at issue); for mean the dividers take one
+    beat every ``ceil(25 / div_bits_per_cycle) + 1`` cycles (6 at the default), which
+    paces that round once the FIFO is full. From the issue of a final-round beat to its
+    output line: 10 cycles (6 of pipeline, 2 in the output FIFO, 1 of bf16 rounding,
+    the output register), plus the divider latency ``ceil(25/k) + 3`` for mean.
+    Results do not depend on input idle cycles or output backpressure: every stall only
+    delays operations, whose order is fixed.
 
     **Streams and reset.** ``o_pooled.valid`` and its payload are registers that hold
     until the transfer; ``i_lines.ready`` depends combinationally on internal state
@@ -140,8 +152,8 @@ class PoolReduce(wiring.Component):
         ``P``, partial accumulators per element, 1 to 8 (default 4); must equal the
         descriptor contract's ``reduce_partials``.
     max_lines_per_row : int
-        1 to 256 (default 64): sizes the accumulators, ``P x max_lines_per_row`` fp32
-        lines of 512 bits.
+        1 to 256 (default 64): sizes the accumulators, two banks of
+        ``P x max_lines_per_row`` fp32 lines of 512 bits.
     div_bits_per_cycle : int
         Quotient bits per cycle of the mean dividers (``FpDiv``'s ``k``), 1 to 25
         (default 5).
@@ -217,17 +229,22 @@ class PoolReduce(wiring.Component):
         mem_bits = max(1, (parts - 1).bit_length())
 
         muls = [FpMul() for _ in range(lanes)]
-        adds = [FpAdd() for _ in range(lanes)]
-        maxs = [FpMax() for _ in range(lanes)]
         divs = [FpDiv(bits_per_cycle=self._div_bits_per_cycle) for _ in range(lanes)]
         rnds = [Fp32ToBf16() for _ in range(lanes)]
-        for name, units in (("mul", muls), ("add", adds), ("max", maxs), ("div", divs),
-                            ("bf16", rnds)):
-            for lane, unit in enumerate(units):
+        # Each pipeline has an adder and a maximum unit per lane.
+        units = {pipe: ([FpAdd() for _ in range(lanes)], [FpMax() for _ in range(lanes)])
+                 for pipe in ("acc", "comb")}
+        for name, group in (("mul", muls), ("div", divs), ("bf16", rnds),
+                            ("add", units["acc"][0]), ("max", units["acc"][1]),
+                            ("comb_add", units["comb"][0]), ("comb_max", units["comb"][1])):
+            for lane, unit in enumerate(group):
                 m.submodules[f"{name}{lane}"] = unit
 
-        # --- the operation pipeline: stage j holds an operation issued j + 1 cycles ago
-        mul_lat, add_lat, max_lat = muls[0].latency, adds[0].latency, maxs[0].latency
+        # --- the two operation pipelines: stage j holds an operation issued j + 1
+        # cycles ago. They have the same stages, so that two operations issued in the
+        # same cycle (which always use different banks) read and write in the same cycles.
+        add_lat, max_lat = units["acc"][0][0].latency, units["acc"][1][0].latency
+        mul_lat = muls[0].latency
         # The accumulator read is issued from stage mul_lat - 3 so that its registered
         # data meets the product at the adder's input (stage mul_lat - 1).
         assert mul_lat >= 3 and max_lat <= add_lat
@@ -240,48 +257,51 @@ class PoolReduce(wiring.Component):
 
         op_layout = data.StructLayout({
             "valid": 1,
+            "bank": 1,
             "addr": addr_bits,
-            # Operand a (the running value): accumulator a_mem, else +0 (a_zero) or the
-            # identity; operand b (the term): accumulator b_mem, the identity, or the product.
+            # Operand a (the running value): accumulator a_mem of the bank, else +0
+            # (a_zero) or the identity; operand b (the term): the product (accumulating),
+            # or accumulator b_mem or the identity (combining).
             "a_read": 1, "a_zero": 1, "a_mem": mem_bits,
-            "b_read": 1, "b_identity": 1, "b_mem": mem_bits,
+            "b_read": 1, "b_mem": mem_bits,
             "max": 1,
             "write": 1, "w_mem": mem_bits,
             # Final-round operations: their result goes to the output.
             "final": 1, "last": 1, "line_end": 1, "mean": 1, "bf16": 1, "n": 32,
         })
-        ops = [Signal(op_layout, name=f"op{j}") for j in range(result_at + 1)]
-        issue_op = Signal(op_layout)
-        issue = Signal()
-        m.d.sync += ops[0].eq(issue_op)
-        for j in range(1, len(ops)):
-            m.d.sync += ops[j].eq(ops[j - 1])
+        ops, issue_ops, issues, results = {}, {}, {}, {}
+        for pipe in ("acc", "comb"):
+            ops[pipe] = [Signal(op_layout, name=f"{pipe}_op{j}") for j in range(result_at + 1)]
+            issue_ops[pipe] = Signal(op_layout, name=f"{pipe}_issue_op")
+            issues[pipe] = Signal(name=f"{pipe}_issue")
+            results[pipe] = Signal(width, name=f"{pipe}_results")
+            m.d.sync += ops[pipe][0].eq(issue_ops[pipe])
+            for j in range(1, len(ops[pipe])):
+                m.d.sync += ops[pipe][j].eq(ops[pipe][j - 1])
 
-        # Accumulators: one memory per partial, addressed by beat of the row.
-        mems = [Memory(shape=width, depth=depth, init=[]) for _ in range(parts)]
-        reads, writes = [], []
-        for p, mem in enumerate(mems):
-            m.submodules[f"acc{p}"] = mem
-            reads.append(mem.read_port())
-            writes.append(mem.write_port())
-
-        for rp in reads:
-            m.d.comb += rp.addr.eq(ops[read_at].addr)
-        rd = ops[read_at + 1]
-        # Read data registered before the arithmetic (block RAM timing).
-        a_data = Signal(width, reset_less=True)
-        b_data = Signal(width, reset_less=True)
-        m.d.sync += [a_data.eq(reads[0].data), b_data.eq(reads[0].data)]
-        for p in range(1, parts):
-            with m.If(rd.a_mem == p):
-                m.d.sync += a_data.eq(reads[p].data)
-            with m.If(rd.b_mem == p):
-                m.d.sync += b_data.eq(reads[p].data)
-
-        opd = ops[operand_at]
-        identity = Cat(C(0, 23), opd.max.replicate(9))        # -inf or +0
-        results = Signal(width)
-        res = ops[result_at]
+        # Accumulators: two banks of one memory per partial, addressed by beat of the
+        # row. A bank's ports serve the accumulating pipeline's operation when it is for
+        # that bank, else the combining pipeline's.
+        reads = []
+        for bank in range(2):
+            reads.append([])
+            for p in range(parts):
+                mem = m.submodules[f"bank{bank}_acc{p}"] = Memory(shape=width, depth=depth,
+                                                                  init=[])
+                rp, wp = mem.read_port(), mem.write_port()
+                reads[bank].append(rp)
+                rd_acc, rd_comb = ops["acc"][read_at], ops["comb"][read_at]
+                res_acc, res_comb = ops["acc"][result_at], ops["comb"][result_at]
+                by_acc_rd = rd_acc.valid & (rd_acc.bank == bank)
+                by_acc_wr = res_acc.valid & (res_acc.bank == bank)
+                m.d.comb += [
+                    rp.addr.eq(Mux(by_acc_rd, rd_acc.addr, rd_comb.addr)),
+                    wp.addr.eq(Mux(by_acc_wr, res_acc.addr, res_comb.addr)),
+                    wp.data.eq(Mux(by_acc_wr, results["acc"], results["comb"])),
+                    wp.en.eq(Mux(by_acc_wr, res_acc.write & (res_acc.w_mem == p),
+                                 res_comb.valid & (res_comb.bank == bank) & res_comb.write
+                                 & (res_comb.w_mem == p))),
+                ]
 
         # Forwarding. An operation reads its accumulator lines ``operand_at - read_at``
         # (two) cycles before they meet the adder, so it misses the write-backs of the
@@ -289,38 +309,111 @@ class PoolReduce(wiring.Component):
         # are taken instead as they leave the adder, or from one of as many registers as
         # that read-ahead that keep them for the cycles after (the newest result of a
         # line wins). Only the operations issued closer than add_lat before it are still
-        # in the adder when it needs them (``hazard`` below).
-        fwd_layout = data.StructLayout({"valid": 1, "addr": addr_bits, "w_mem": mem_bits})
-        now = Signal(fwd_layout, name="fwd0")
-        m.d.comb += [now.valid.eq(res.valid & res.write), now.addr.eq(res.addr),
-                     now.w_mem.eq(res.w_mem)]
-        fwd = [(now, results)]
-        for k in range(1, operand_at - read_at + 1):
-            meta_k = Signal(fwd_layout, name=f"fwd{k}")
-            data_k = Signal(width, name=f"fwd{k}_data", reset_less=True)
-            m.d.sync += [meta_k.eq(fwd[-1][0]), data_k.eq(fwd[-1][1])]
-            fwd.append((meta_k, data_k))
+        # in the adder when it needs them (``hazard`` in ``_elaborate_control``).
+        fwd_layout = data.StructLayout({"valid": 1, "bank": 1, "addr": addr_bits,
+                                        "w_mem": mem_bits})
+        chains = {}
+        for pipe in ("acc", "comb"):
+            res = ops[pipe][result_at]
+            now = Signal(fwd_layout, name=f"{pipe}_fwd0")
+            m.d.comb += [now.valid.eq(res.valid & res.write), now.bank.eq(res.bank),
+                         now.addr.eq(res.addr), now.w_mem.eq(res.w_mem)]
+            chain = [(now, results[pipe])]
+            for k in range(1, operand_at - read_at + 1):
+                meta_k = Signal(fwd_layout, name=f"{pipe}_fwd{k}")
+                data_k = Signal(width, name=f"{pipe}_fwd{k}_data", reset_less=True)
+                m.d.sync += [meta_k.eq(chain[-1][0]), data_k.eq(chain[-1][1])]
+                chain.append((meta_k, data_k))
+            chains[pipe] = chain
+
+        products = [mul.o_result.payload for mul in muls]
+        for mul in muls:
+            m.d.comb += mul.o_result.ready.eq(1)
+        # The accumulating pipeline reads only what it wrote itself since it took the
+        # bank; the combining pipeline reads what either wrote (the bag's last rows).
+        self._elaborate_datapath(m, "acc", ops["acc"], units["acc"], reads, [chains["acc"]],
+                                 results["acc"], products=products, read_at=read_at,
+                                 operand_at=operand_at, result_at=result_at)
+        self._elaborate_datapath(m, "comb", ops["comb"], units["comb"], reads,
+                                 [chains["acc"], chains["comb"]], results["comb"],
+                                 products=None, read_at=read_at, operand_at=operand_at,
+                                 result_at=result_at)
+
+        # --- output side: FIFO (space reserved at issue), dividers, bf16, packer
+        res = ops["comb"][result_at]
+        fifo_depth = result_at + 5
+        entry = data.StructLayout({"data": width, "last": 1, "line_end": 1, "mean": 1,
+                                   "bf16": 1, "n": 32})
+        fifo = m.submodules.fifo = SyncFIFOBuffered(width=entry.size, depth=fifo_depth)
+        m.d.comb += [
+            fifo.w_en.eq(res.valid & res.final),
+            fifo.w_data.eq(Cat(results["comb"], res.last, res.line_end, res.mean, res.bf16,
+                               res.n)),
+        ]
+        head = data.View(entry, fifo.r_data)
+        reserved = Signal(range(fifo_depth + 1))
+        pop = Signal()
+        reserve = issues["comb"] & issue_ops["comb"].final
+        with m.If(reserve & ~pop):
+            m.d.sync += reserved.eq(reserved + 1)
+        with m.Elif(pop & ~reserve):
+            m.d.sync += reserved.eq(reserved - 1)
+
+        self._elaborate_control(m, issues=issues, issue_ops=issue_ops, ops=ops, window=window,
+                                credit=reserved != fifo_depth, muls=muls,
+                                addr_bits=addr_bits, beat_bits=beat_bits, mem_bits=mem_bits)
+        self._elaborate_output(m, fifo=fifo, head=head, pop=pop, divs=divs, rnds=rnds)
+        return m
+
+    def _elaborate_datapath(self, m, pipe, ops, units, reads, chains, results, *, products,
+                            read_at, operand_at, result_at):
+        """One pipeline's operands (memory read data, forwarded results, constants), its
+        adders and maximum units, and ``results``. ``products`` are the accumulating
+        pipeline's operand b per lane; the combining pipeline (``None``) reads it."""
+        lanes, width = self._lanes, 32 * self._lanes
+        adds, maxs = units
+        add_lat, max_lat = adds[0].latency, maxs[0].latency
+
+        # Read data registered before the arithmetic (block RAM timing).
+        rd = ops[read_at + 1]
+        a_data = Signal(width, name=f"{pipe}_a_data", reset_less=True)
+        b_data = Signal(width, name=f"{pipe}_b_data", reset_less=True)
+        for bank, ports in enumerate(reads):
+            for p, rp in enumerate(ports):
+                with m.If((rd.bank == bank) & (rd.a_mem == p)):
+                    m.d.sync += a_data.eq(rp.data)
+                if products is None:
+                    with m.If((rd.bank == bank) & (rd.b_mem == p)):
+                        m.d.sync += b_data.eq(rp.data)
+
+        opd = ops[operand_at]
+        identity = Cat(C(0, 23), opd.max.replicate(9))        # -inf or +0
+        res = ops[result_at]
 
         def forwarded(mem_sel, stored, name):
             """``stored`` (the memory's line for partial ``mem_sel``) or the newest
-            result for it not yet visible there."""
+            result for it not yet visible there (at most one pipeline wrote the bank
+            in any one cycle)."""
             value = stored
-            for meta_k, data_k in reversed(fwd):          # the oldest first, newest last
-                hit = meta_k.valid & (meta_k.addr == opd.addr) & (meta_k.w_mem == mem_sel)
-                value = Mux(hit, data_k, value)
+            for k in reversed(range(len(chains[0]))):     # the oldest first, newest last
+                for chain in chains:
+                    meta_k, data_k = chain[k]
+                    hit = (meta_k.valid & (meta_k.bank == opd.bank) & (meta_k.addr == opd.addr)
+                           & (meta_k.w_mem == mem_sel))
+                    value = Mux(hit, data_k, value)
             out = Signal(width, name=name)
             m.d.comb += out.eq(value)
             return out
-        a_line = forwarded(opd.a_mem, a_data, "a_line")
-        b_line = forwarded(opd.b_mem, b_data, "b_line")
+        a_line = forwarded(opd.a_mem, a_data, f"{pipe}_a_line")
+        b_line = forwarded(opd.b_mem, b_data, f"{pipe}_b_line") if products is None else None
         for lane in range(lanes):
             part = slice(32 * lane, 32 * lane + 32)
             a = Mux(opd.a_read, a_line[part], Mux(opd.a_zero, C(0, 32), identity))
-            b = Mux(opd.b_read, b_line[part],
-                    Mux(opd.b_identity, identity, muls[lane].o_result.payload))
+            b = (products[lane] if products is not None
+                 else Mux(opd.b_read, b_line[part], identity))
             max_out = maxs[lane].o_result.payload
             for k in range(add_lat - max_lat):
-                delayed = Signal(32, name=f"max{lane}_delay{k}", reset_less=True)
+                delayed = Signal(32, name=f"{pipe}_max{lane}_delay{k}", reset_less=True)
                 m.d.sync += delayed.eq(max_out)
                 max_out = delayed
             # Only the unit of the bag's mode sees the operands (operand isolation: the
@@ -332,47 +425,22 @@ class PoolReduce(wiring.Component):
                 ]
                 with m.If(opd.valid & use):
                     m.d.comb += [unit.i_operands.p.a.eq(a), unit.i_operands.p.b.eq(b)]
-            m.d.comb += [
-                muls[lane].o_result.ready.eq(1),
-                results[part].eq(Mux(res.max, max_out, adds[lane].o_result.payload)),
-            ]
+            m.d.comb += results[part].eq(Mux(res.max, max_out, adds[lane].o_result.payload))
 
-        for p, wp in enumerate(writes):
-            m.d.comb += [
-                wp.addr.eq(res.addr),
-                wp.data.eq(results),
-                wp.en.eq(res.valid & res.write & (res.w_mem == p)),
-            ]
-
-        # --- output side: FIFO (space reserved at issue), dividers, bf16, packer
-        fifo_depth = result_at + 5
-        entry = data.StructLayout({"data": width, "last": 1, "line_end": 1, "mean": 1,
-                                   "bf16": 1, "n": 32})
-        fifo = m.submodules.fifo = SyncFIFOBuffered(width=entry.size, depth=fifo_depth)
-        m.d.comb += [
-            fifo.w_en.eq(res.valid & res.final),
-            fifo.w_data.eq(Cat(results, res.last, res.line_end, res.mean, res.bf16, res.n)),
-        ]
-        head = data.View(entry, fifo.r_data)
-        reserved = Signal(range(fifo_depth + 1))
-        pop = Signal()
-        with m.If((issue & issue_op.final) & ~pop):
-            m.d.sync += reserved.eq(reserved + 1)
-        with m.Elif(pop & ~(issue & issue_op.final)):
-            m.d.sync += reserved.eq(reserved - 1)
-
-        self._elaborate_input(m, issue=issue, issue_op=issue_op, ops=ops, window=window,
-                              credit=reserved != fifo_depth, muls=muls,
-                              addr_bits=addr_bits, beat_bits=beat_bits, mem_bits=mem_bits)
-        self._elaborate_output(m, fifo=fifo, head=head, pop=pop, divs=divs, rnds=rnds)
-        return m
-
-    def _elaborate_input(self, m, *, issue, issue_op, ops, window, credit, muls,
-                         addr_bits, beat_bits, mem_bits):
-        """The input register, the combination sequencer and the issue decision."""
+    def _elaborate_control(self, m, *, issues, issue_ops, ops, window, credit, muls,
+                           addr_bits, beat_bits, mem_bits):
+        """The input register and the accumulating pipeline's issue decision, the
+        hand-over of a finished bag, and the combination sequencer."""
         lanes, parts, beats = self._lanes, self._partials, self.beats_per_line
         width = 32 * lanes
         i = self.i_lines
+        acc_issue, comb_issue = issues["acc"], issues["comb"]
+        # Each pipeline's candidate operation; it issues (``issue_ops``, with ``valid``)
+        # when nothing holds it back.
+        acc_op = Signal.like(issue_ops["acc"], name="acc_cand")
+        comb_op = Signal.like(issue_ops["comb"], name="comb_cand")
+        for pipe, cand in (("acc", acc_op), ("comb", comb_op)):
+            m.d.comb += [issue_ops[pipe].eq(cand), issue_ops[pipe].valid.eq(issues[pipe])]
 
         # Input register: one item, consumed beat by beat.
         cur = Signal(LINE, reset_less=True)
@@ -382,17 +450,19 @@ class PoolReduce(wiring.Component):
         part = Signal(mem_bits)                          # row_k mod P
         # Partial of the next row: counted along the rows (row_k = 0, 1, 2, ...).
         next_part = Mux(part == parts - 1, 0, part + 1) if parts > 1 else 0
+        bank = Signal()                                  # the bank being accumulated
 
-        # The bag being combined.
-        combining = Signal()
-        bag_max = Signal()
-        bag_mean = Signal()
-        bag_bf16 = Signal()
-        bag_empty = Signal()
-        bag_multi = Signal()                             # Q >= 2: partials to combine
-        bag_rounds = Signal(mem_bits)                    # max(Q - 1, 1)
-        bag_last = Signal(addr_bits)                     # lines_per_row * S - 1
-        bag_n = Signal(32)                               # float(n), 1.0 for an empty bag
+        # The bag handed over to the combining pipeline (``job``) and its settings.
+        job = Signal()
+        job_bank = Signal()
+        job_max = Signal()
+        job_mean = Signal()
+        job_bf16 = Signal()
+        job_empty = Signal()
+        job_multi = Signal()                             # Q >= 2: partials to combine
+        job_rounds = Signal(mem_bits)                    # max(Q - 1, 1)
+        job_last = Signal(addr_bits)                     # lines_per_row * S - 1
+        job_n = Signal(32)                               # float(n), 1.0 for an empty bag
         round_ = Signal(mem_bits)
         addr = Signal(addr_bits)
 
@@ -414,7 +484,7 @@ class PoolReduce(wiring.Component):
         weight = Mux(ctrl.weighted, cur.weight, _FP32_ONE)
         for lane, mul in enumerate(muls):
             m.d.comb += [
-                mul.i_operands.valid.eq(issue),
+                mul.i_operands.valid.eq(acc_issue),
                 mul.i_operands.p.a.eq(terms[32 * lane:32 * lane + 32]),
                 mul.i_operands.p.b.eq(weight),
             ]
@@ -422,62 +492,65 @@ class PoolReduce(wiring.Component):
         def join(low: int, low_bits: int, high):
             return Cat(C(low, low_bits), high) if low_bits else high
 
-        # The candidate operation.
-        cand_valid = Signal()
-        need_a = issue_op.a_read
-        need_b = issue_op.b_read
-        with m.If(combining):
-            final = round_ == bag_rounds
-            line_end = Mux(bag_bf16, addr[:beat_bits + 1].all(),
-                           addr[:beat_bits].all() if beat_bits else C(1, 1))
-            m.d.comb += [
-                cand_valid.eq(1),
-                issue_op.addr.eq(addr),
-                issue_op.a_read.eq(~bag_empty),
-                issue_op.a_zero.eq(bag_empty),
-                issue_op.a_mem.eq(0),
-                issue_op.b_read.eq(bag_multi),
-                issue_op.b_identity.eq(~bag_multi),
-                issue_op.b_mem.eq(round_),
-                issue_op.max.eq(bag_max),
-                issue_op.write.eq(~final),
-                issue_op.w_mem.eq(0),
-                issue_op.final.eq(final),
-                issue_op.last.eq(final & (addr == bag_last)),
-                issue_op.line_end.eq(line_end),
-                issue_op.mean.eq(bag_mean),
-                issue_op.bf16.eq(bag_bf16),
-                issue_op.n.eq(bag_n),
-            ]
-        with m.Else():
-            acc_addr = Mux(ctrl.bf16, Cat(beat[:beat_bits + 1], cur.line),
-                           Cat(beat[:beat_bits], cur.line))
-            m.d.comb += [
-                cand_valid.eq(cur_valid & ~cur.empty_bag),
-                issue_op.addr.eq(acc_addr[:addr_bits]),
-                issue_op.a_read.eq(~fresh),
-                issue_op.a_mem.eq(part),
-                issue_op.max.eq(is_max),
-                issue_op.write.eq(1),
-                issue_op.w_mem.eq(part),
-            ]
+        def hazard(op, pipes):
+            """Read-after-write: a younger operation of ``pipes`` writes what ``op``
+            reads."""
+            conflicts = []
+            for older in (o for pipe in pipes for o in ops[pipe][:window]):
+                same = older.valid & older.write & (older.bank == op.bank) & (older.addr == op.addr)
+                conflicts.append(same & ((op.a_read & (older.w_mem == op.a_mem))
+                                         | (op.b_read & (older.w_mem == op.b_mem))))
+            return Cat(*conflicts).any()
 
-        # Read-after-write: wait while a younger operation writes what this one reads.
-        hazard = Signal()
-        conflicts = []
-        for op in ops[:window]:
-            conflicts.append(op.valid & op.write & (op.addr == issue_op.addr)
-                             & ((need_a & (op.w_mem == issue_op.a_mem))
-                                | (need_b & (op.w_mem == issue_op.b_mem))))
+        # The combining pipeline: with Q = min(n, P), rounds 1 .. max(Q - 1, 1) over
+        # every beat of the row, acc_0 = op(acc_0, acc_round); the last round's results
+        # go to the output.
+        final = round_ == job_rounds
+        line_end = Mux(job_bf16, addr[:beat_bits + 1].all(),
+                       addr[:beat_bits].all() if beat_bits else C(1, 1))
         m.d.comb += [
-            hazard.eq(Cat(*conflicts).any()),
-            issue.eq(cand_valid & ~hazard & (~issue_op.final | credit)),
-            issue_op.valid.eq(issue),
+            comb_op.bank.eq(job_bank),
+            comb_op.addr.eq(addr),
+            comb_op.a_read.eq(~job_empty),
+            comb_op.a_zero.eq(job_empty),
+            comb_op.a_mem.eq(0),
+            comb_op.b_read.eq(job_multi),
+            comb_op.b_mem.eq(round_),
+            comb_op.max.eq(job_max),
+            comb_op.write.eq(~final),
+            comb_op.w_mem.eq(0),
+            comb_op.final.eq(final),
+            comb_op.last.eq(final & (addr == job_last)),
+            comb_op.line_end.eq(line_end),
+            comb_op.mean.eq(job_mean),
+            comb_op.bf16.eq(job_bf16),
+            comb_op.n.eq(job_n),
+            comb_issue.eq(job & ~hazard(comb_op, ("acc", "comb")) & (~final | credit)),
+        ]
+        # The pipeline takes the next bag in the cycle it issues the current one's last
+        # operation.
+        job_free = ~job | (comb_issue & comb_op.last)
+
+        # The accumulating pipeline: row k into partial k mod P of the bank. A bag's
+        # last operation (and an empty bag) waits until the combining pipeline is free.
+        acc_addr = Mux(ctrl.bf16, Cat(beat[:beat_bits + 1], cur.line),
+                       Cat(beat[:beat_bits], cur.line))
+        m.d.comb += [
+            acc_op.bank.eq(bank),
+            acc_op.addr.eq(acc_addr[:addr_bits]),
+            acc_op.a_read.eq(~fresh),
+            acc_op.a_mem.eq(part),
+            acc_op.max.eq(is_max),
+            acc_op.write.eq(1),
+            acc_op.w_mem.eq(part),
+            acc_issue.eq(cur_valid & ~cur.empty_bag & ~hazard(acc_op, ("acc",))
+                         & (~bag_done | job_free)),
         ]
 
-        # Bag settings: captured with every accumulate operation and with an empty bag.
-        take_empty = ~combining & cur_valid & cur.empty_bag
-        consume = take_empty | (~combining & issue & beat_last)
+        # Hand-over: the bag's settings are those of its last item.
+        take_empty = cur_valid & cur.empty_bag & job_free
+        hand_over = take_empty | (acc_issue & bag_done)
+        consume = take_empty | (acc_issue & beat_last)
         count = cur.count
         lz = lzc(m, count, "n_lz")
         norm = shift_left(m, count, lz, "n_norm")
@@ -486,27 +559,29 @@ class PoolReduce(wiring.Component):
         rounds = Mux(count >= parts, parts - 1,
                      Mux(multi, (count[:mem_bits] - 1)[:mem_bits], 1)) if parts > 1 else 1
         lines_less_one = (ctrl.lines_per_row - 1)[:8]
-        with m.If(take_empty | (~combining & issue)):
+        with m.If(hand_over):
             m.d.sync += [
-                bag_max.eq(is_max),
-                bag_mean.eq(ctrl.mode == PoolMode.MEAN.value),
-                bag_bf16.eq(ctrl.bf16),
-                bag_empty.eq(cur.empty_bag),
-                bag_multi.eq(multi & ~cur.empty_bag),
-                bag_rounds.eq(Mux(cur.empty_bag, 1, rounds)),
-                bag_last.eq(Mux(ctrl.bf16, join(2 * beats - 1, beat_bits + 1, lines_less_one),
-                                join(beats - 1, beat_bits, lines_less_one))[:len(bag_last)]),
-                bag_n.eq(Mux(cur.empty_bag, _FP32_ONE,
+                job.eq(1),
+                job_bank.eq(bank),
+                bank.eq(~bank),
+                job_max.eq(is_max),
+                job_mean.eq(ctrl.mode == PoolMode.MEAN.value),
+                job_bf16.eq(ctrl.bf16),
+                job_empty.eq(cur.empty_bag),
+                job_multi.eq(multi & ~cur.empty_bag),
+                job_rounds.eq(Mux(cur.empty_bag, 1, rounds)),
+                job_last.eq(Mux(ctrl.bf16, join(2 * beats - 1, beat_bits + 1, lines_less_one),
+                                join(beats - 1, beat_bits, lines_less_one))[:len(job_last)]),
+                job_n.eq(Mux(cur.empty_bag, _FP32_ONE,
                              Cat(C(0, 8), norm[:15], exp, C(0, 1)))),
+                round_.eq(1),
+                addr.eq(0),
             ]
-
-        with m.If(take_empty | (~combining & issue & bag_done)):
-            m.d.sync += [combining.eq(1), round_.eq(1), addr.eq(0)]
-        with m.Elif(combining & issue):
-            with m.If(addr == bag_last):
+        with m.Elif(comb_issue):
+            with m.If(addr == job_last):
                 m.d.sync += addr.eq(0)
-                with m.If(issue_op.final):
-                    m.d.sync += combining.eq(0)
+                with m.If(final):
+                    m.d.sync += job.eq(0)
                 with m.Else():
                     m.d.sync += round_.eq(round_ + 1)
             with m.Else():
@@ -522,7 +597,7 @@ class PoolReduce(wiring.Component):
                     m.d.sync += part.eq(next_part)
         with m.Elif(consume):
             m.d.sync += cur_valid.eq(0)
-        with m.Elif(~combining & issue):
+        with m.Elif(acc_issue):
             m.d.sync += beat.eq(beat + 1)
 
     def _elaborate_output(self, m, *, fifo, head, pop, divs, rnds):
