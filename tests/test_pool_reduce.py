@@ -382,6 +382,24 @@ def test_other_configurations(config, seed):
     TB(params, seed).check(mixed_descs(rng, params["partials"]))
 
 
+@pytest.mark.parametrize("config", ["lanes4-p1", "lanes8-p3", "lanes16-p4"])
+def test_dense_short_bags(config, seed):
+    """Many short bags back to back with no idle cycle and a ready sink, so a bag's
+    combination overlaps the next bag's rows as closely as it can: the combining
+    pipeline reads the accumulating pipeline's last results by forwarding, and the two
+    banks alternate bag by bag. Every mode, both dtypes, 1 to 5 lines per row."""
+    rng = np.random.default_rng(seed)
+    params = CONFIGS[config]
+    descs = []
+    for dtype, which, mode in [("fp32", 0, "sum"), ("fp32", 1, "max"), ("bf16", 0, "mean"),
+                               ("bf16", 1, "wsum"), ("fp32", 3, "sum"), ("bf16", 2, "max")]:
+        lengths = rng.integers(0, 2 * params["partials"] + 2, 12).tolist()
+        descs.append(random_desc(rng, dim=DIMS[dtype][which], dtype=DTYPES[dtype],
+                                 mode=MODES[mode][0], weighted=MODES[mode][1],
+                                 lengths=lengths))
+    TB(params, seed, idle=False, backpressure=False).check(descs)
+
+
 @pytest.mark.parametrize(("idle", "backpressure"), [(False, False), (True, False),
                                                     (False, True)],
                          ids=["dense-ready", "idle-ready", "dense-backpressure"])
