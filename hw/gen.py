@@ -35,7 +35,6 @@ __all__ = ["DESIGNS", "LINT_WAIVERS", "NO_INIT_BITS", "elaborate", "emit", "main
 #: contents.
 NO_INIT_BITS = 1 << 16
 
-#: design name -> "module:Class"; every class takes ``config=`` as its only argument.
 #: Verilator warnings Amaranth's Verilog produces by construction, waived by ``make
 #: lint`` and the FuseSoC core's lint target (``docs/architecture.md``, "Toolchain").
 #: ``WIDTH`` (WIDTHEXPAND, WIDTHTRUNC, WIDTHXZEXPAND): in Amaranth an operator widens its
@@ -46,6 +45,7 @@ NO_INIT_BITS = 1 << 16
 LINT_WAIVERS = ["-Wno-UNUSEDSIGNAL", "-Wno-PROCASSINIT", "-Wno-DECLFILENAME",
                 "-Wno-CASEINCOMPLETE", "-Wno-WIDTH"]
 
+#: design name -> "module:Class"; every class takes ``config=`` as its only argument.
 DESIGNS: dict[str, str] = {
     "device": "hw.top:Device",
     "mem_endpoint": "hw.cxl.mem_endpoint:MemEndpoint",
