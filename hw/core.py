@@ -24,20 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tomllib
 from pathlib import Path
 
 from hw.config import DeviceConfig, load_config
+from hw.csr.docgen import HEADER_NAME, JSON_NAME
 from hw.gen import LINT_WAIVERS, module_name
 
 __all__ = ["core_name", "core_text", "file_list_text", "main", "project_version", "write"]
-
-#: The files ``hw.csr.docgen`` writes next to the Verilog.
-REG_HEADER = "tcxl_regs.h"
-REG_JSON = "registers.json"
-
 
 def project_version() -> str:
     """The version in ``pyproject.toml`` (the core's version)."""
@@ -47,9 +42,8 @@ def project_version() -> str:
 
 def core_name(config: DeviceConfig) -> str:
     """The core's VLNV: vendor ``trainingcxl``, library ``device``, the top module's
-    name (a configuration tag's characters outside ``[A-Za-z0-9_]`` become ``_``)."""
-    top = re.sub(r"[^A-Za-z0-9_]", "_", module_name("device", config))
-    return f"trainingcxl:device:{top}:{project_version()}"
+    name (a configuration's name is ``[a-z][a-z0-9_]*``, so it is a valid VLNV name)."""
+    return f"trainingcxl:device:{module_name('device', config)}:{project_version()}"
 
 
 def core_text(config: DeviceConfig) -> str:
@@ -69,8 +63,8 @@ def core_text(config: DeviceConfig) -> str:
         f"      - {q(top + '.v')}",
         "  regs:",
         "    files:",
-        f"      - {q(REG_HEADER)}: {{file_type: cSource, is_include_file: true}}",
-        f"      - {q(REG_JSON)}: {{file_type: user}}",
+        f"      - {q(HEADER_NAME)}: {{file_type: cSource, is_include_file: true}}",
+        f"      - {q(JSON_NAME)}: {{file_type: user}}",
         "",
         "targets:",
         "  default:",
@@ -104,7 +98,7 @@ def write(config: DeviceConfig, out_dir: Path) -> list[Path]:
         first, as ``make verilog`` does).
     """
     top = module_name("device", config)
-    missing = [name for name in (f"{top}.v", REG_HEADER, REG_JSON)
+    missing = [name for name in (f"{top}.v", HEADER_NAME, JSON_NAME)
                if not (out_dir / name).is_file()]
     if missing:
         raise FileNotFoundError(

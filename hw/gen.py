@@ -12,7 +12,7 @@ Memories of :data:`NO_INIT_BITS` bits or more whose initial contents are all zer
 memory of this RTL) are written without an initial value: the RTL writes each entry
 before it reads it and never relies on a memory's contents after reset (the Icarus
 runs, where an unwritten entry reads as X, check it for the ``small`` device's large
-memories). An FPGA flow then infers block RAM without an init file, and the Verilog of
+memories). An FPGA flow then needs no init file for them, and the Verilog of
 the ``default`` device is 9.6 MB instead of 21 MB (its UPDATE accumulator's sums and
 row buffer alone are 32 Mbit, written out word by word).
 """

@@ -70,7 +70,7 @@ def test_core_lints_through_fusesoc(generated: Path, tmp_path: Path) -> None:
     text = (generated / f"trainingcxl_{config.tag}.core").read_text()
     assert text.startswith("CAPI=2:\n")
     assert f'name: "trainingcxl:device:{top}:{core.project_version()}"' in text
-    for name in (f"{top}.v", core.REG_HEADER, core.REG_JSON):
+    for name in (f"{top}.v", docgen.HEADER_NAME, docgen.JSON_NAME):
         assert f'"{name}"' in text and (generated / name).is_file()
     assert (generated / f"{top}.f").read_text() == f"{top}.v\n"
 

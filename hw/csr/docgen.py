@@ -20,7 +20,12 @@ from pathlib import Path
 from ..config import load_config
 from .registers import DATA_WIDTH, KIND_DOCS, Kind, Register, RegisterMap, Word, register_map
 
-__all__ = ["REGENERATE", "main", "to_c_header", "to_json", "to_markdown"]
+__all__ = ["HEADER_NAME", "JSON_NAME", "REGENERATE", "main", "to_c_header", "to_json",
+           "to_markdown"]
+
+#: The files ``main`` writes into ``<out>/<config>/``.
+JSON_NAME = "registers.json"
+HEADER_NAME = "tcxl_regs.h"
 
 #: The command that regenerates ``docs/registers.md``.
 REGENERATE = ("python -m hw.csr.docgen --config default --out build/regs "
@@ -225,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     regmap = register_map(config)
     out_dir = args.out / config.tag
     out_dir.mkdir(parents=True, exist_ok=True)
-    outputs = [(out_dir / "registers.json", to_json(regmap)),
-               (out_dir / "tcxl_regs.h", to_c_header(regmap))]
+    outputs = [(out_dir / JSON_NAME, to_json(regmap)),
+               (out_dir / HEADER_NAME, to_c_header(regmap))]
     if args.markdown is not None:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         outputs.append((args.markdown, to_markdown(regmap)))

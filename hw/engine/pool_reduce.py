@@ -282,18 +282,18 @@ class PoolReduce(wiring.Component):
         # Accumulators: two banks of one memory per partial, addressed by beat of the
         # row. A bank's ports serve the accumulating pipeline's operation when it is for
         # that bank, else the combining pipeline's.
+        rd_acc, rd_comb = ops["acc"][read_at], ops["comb"][read_at]
+        res_acc, res_comb = ops["acc"][result_at], ops["comb"][result_at]
         reads = []
         for bank in range(2):
             reads.append([])
+            by_acc_rd = rd_acc.valid & (rd_acc.bank == bank)
+            by_acc_wr = res_acc.valid & (res_acc.bank == bank)
             for p in range(parts):
                 mem = m.submodules[f"bank{bank}_acc{p}"] = Memory(shape=width, depth=depth,
                                                                   init=[])
                 rp, wp = mem.read_port(), mem.write_port()
                 reads[bank].append(rp)
-                rd_acc, rd_comb = ops["acc"][read_at], ops["comb"][read_at]
-                res_acc, res_comb = ops["acc"][result_at], ops["comb"][result_at]
-                by_acc_rd = rd_acc.valid & (rd_acc.bank == bank)
-                by_acc_wr = res_acc.valid & (res_acc.bank == bank)
                 m.d.comb += [
                     rp.addr.eq(Mux(by_acc_rd, rd_acc.addr, rd_comb.addr)),
                     wp.addr.eq(Mux(by_acc_wr, res_acc.addr, res_comb.addr)),
