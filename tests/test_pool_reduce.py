@@ -453,7 +453,7 @@ def test_throughput(seed):
     one_row_80 = bounds[3]                      # the 80-element row
     after_p20 = bounds[3 + 1 + 3 + 3]           # the first one-row bag
     four_row = bounds[3 + 1 + 3 + 3 + 6]        # the first 4-row bag
-    expected = {one_row_80 + 4: 3,              # its only line ... waits 7 - 5 cycles
+    expected = {one_row_80 + 4: 3,              # its 5th, last line waits 7 - 5 cycles
                 after_p20 + 3: 12 - 4 + 1}      # the one-row bag after a 20-row bag
     for bag in range(2, 5):     # 4-row bags 2..4 (bag 1 follows a 4-cycle combination;
         # bag 5's last line has no transfer after it): 7 cycles each
