@@ -95,6 +95,11 @@ class DeviceConfig:
         4096): a descriptor whose offsets and indices fit in it has them read from memory
         once, in pass 1, and pass 2 takes them from the store (``docs/embedding.md``,
         "Execution order"). A descriptor that does not fit has them read again.
+    row_store_lines:
+        Table lines the engine's row store keeps (0: none; else a power of two, 2 to
+        65536): the lines the LOOKUPs gathered, from which the UPDATE after them reads its
+        rows instead of PMEM (``docs/embedding.md``, "Row store"). 64 bytes each, plus a
+        tag and a valid bit.
     ckpt_filter_rows:
         Entries of the undo logger's duplicate-row filter (power of two, 2 to 4096).
     ckpt_fifo_lines:
@@ -146,6 +151,7 @@ class DeviceConfig:
     engine_sequencers: int = 8
     meta_state: int = 0
     seq_replay_lines: int = 256
+    row_store_lines: int = 2048
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -224,6 +230,10 @@ class DeviceConfig:
                                       or not 2 <= self.seq_replay_lines <= 4096):
             raise ValueError("seq_replay_lines must be 0 or a power of two between 2 and "
                              f"4096, not {self.seq_replay_lines}")
+        if self.row_store_lines and (not is_pow2(self.row_store_lines)
+                                     or not 2 <= self.row_store_lines <= 65536):
+            raise ValueError("row_store_lines must be 0 or a power of two between 2 and "
+                             f"65536, not {self.row_store_lines}")
         if (not is_pow2(self.page_bytes) or not 64 <= self.page_bytes <= (1 << 21)
                 or self.page_bytes > self.pmem_size):
             raise ValueError("page_bytes must be a power of two between 64 and 2 MiB and at "

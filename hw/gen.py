@@ -10,7 +10,9 @@ Each design is written to ``<out>/<config>/<module>.v`` with the module name
 
 Memories of :data:`NO_INIT_BITS` bits or more whose initial contents are all zero (every
 memory of this RTL) are written without an initial value: the RTL writes each entry
-before it reads it and never relies on a memory's contents after reset (the Icarus
+before it uses what it reads from it (the row store reads entries it never wrote, but
+takes a line only when a valid bit, a register that reset clears, says that it was
+written) and never relies on a memory's contents after reset (the Icarus
 runs, where an unwritten entry reads as X, check it for the ``small`` device's large
 memories). An FPGA flow then needs no init file for them, and the Verilog of
 the ``default`` device is 9.6 MB instead of 21 MB (its UPDATE accumulator's sums and

@@ -183,6 +183,7 @@ class Device(wiring.Component):
         wiring.connect(m, gate.o_done, dcoh.i_done)
         wiring.connect(m, arbiter.sub, wiring.flipped(self.pmem))
         wiring.connect(m, wiring.flipped(self.csr), regs.csr)
+        self._row_store_guard(m, engine, endpoint)
 
         self._endpoint_registers(m, regs, endpoint, router, dcoh)
         self._engine_registers(m, regs, engine)
@@ -190,6 +191,23 @@ class Device(wiring.Component):
         self._coherence(m, regs, dcoh, agent, engine, router, gate)
         self._link_bytes(m, regs)
         return m
+
+    def _row_store_guard(self, m: Module, engine, endpoint) -> None:
+        """What the engine's row store must know of the host (``docs/embedding.md``,
+        "Row store"): it is emptied by every request the host sends on CXL.mem (a
+        write changes a line; a read may give the host a line it can change in its
+        cache), and keeps no line while a write of the host's is in flight to PMEM
+        (from the endpoint's AW to its B)."""
+        ep = endpoint.pmem
+        aw_go, b_go = Signal(), Signal()
+        pending = Signal(16)                # the endpoint's writes (at most max_tags)
+        m.d.comb += [aw_go.eq(ep.awvalid & ep.awready), b_go.eq(ep.bvalid & ep.bready)]
+        m.d.sync += pending.eq(pending + aw_go - b_go)
+        req, rwd = self.i_m2s_req, self.i_m2s_rwd
+        m.d.comb += [
+            engine.ext_write.eq(aw_go | (pending != 0)),
+            engine.store_flush.eq((req.valid & req.ready) | (rwd.valid & rwd.ready)),
+        ]
 
     def _endpoint_registers(self, m: Module, regs, endpoint, router, dcoh) -> None:
         """The HDM decoder, the endpoint's error capture, status and counters."""
@@ -262,6 +280,7 @@ class Device(wiring.Component):
             regs.eng_pmem_wr_lines_inc.eq(engine.ev_pmem_wr_line),
             regs.eng_busy_inc.eq(engine.ev_busy),
             regs.eng_upd_distinct_rows_inc.eq(engine.ev_upd_rows),
+            regs.eng_upd_store_lines_inc.eq(engine.ev_upd_store_line),
             *(getattr(regs, f"eng_pmem_{d}_{kind}_inc").eq(getattr(engine, f"ev_pmem_{d}_{kind}"))
               for d, kind in PMEM_KIND_COUNTERS),
         ]

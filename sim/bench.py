@@ -119,6 +119,7 @@ def _device_counters(c: dict) -> dict:
         "pmem_lines": {k: c.get(name) for k, name in PMEM_KIND_CSRS.items()},
         "pmem_lines_total": {"rd": c.get("ENG_PMEM_RD_LINES"), "wr": c.get("ENG_PMEM_WR_LINES")},
         "upd_distinct_rows": c.get("ENG_UPD_DISTINCT_ROWS"),
+        "upd_store_lines": c.get("ENG_UPD_STORE_LINES"),
     }
 
 

@@ -574,6 +574,86 @@ async def test_scratch_buffers_in_gpu_memory(dut, noise, ctrl):
         assert got == want and got[1] > 0, f"LINK_TX/RX_BYTES {got}, bench counted {want}"
 
 
+@group("gpu_memory")
+@cocotb.test()
+async def test_row_store(dut):
+    """The row store (docs/embedding.md, "Row store"), scratch buffers and ring in GPU
+    memory: an UPDATE after a LOOKUP of the same rows reads every line of its distinct
+    rows from the store (ENG_UPD_STORE_LINES grows by them, ENG_PMEM_RD_UPDATE by none);
+    a host write of one of those rows between the LOOKUP and the UPDATE (a CXL.mem
+    write-back from the host's cache) empties the store, so the UPDATE reads every row
+    from PMEM and adds to the row as the host wrote it; a host read of another line
+    empties it too; then the store serves again. Each UPDATE's table is checked bit for
+    bit against the golden model (the host's row included). The rows are chosen in
+    distinct entries of the store (its documented hash)."""
+    from hw.engine.row_store import store_index
+
+    bench = CohBench(dut, "row_store", noise=False)
+    cfg = bench.cfg
+    await bench.start(0)
+    bench.checker.hdm_d = False
+    tb = bench.tb
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    scratch = HostScratch(bench.gpu, base=gpu_addr(cfg, 0x10000), size=1 << 16)
+    drv, tables, _, _ = await _layout(bench, rng, write_back=True, scratch=scratch,
+                                      ring_host=True)
+    t = tables[0]
+    lpr = emb.lines_per_row(t.dim, t.data.dtype)
+    stride = lpr * LINE_BYTES
+    bits = cfg.row_store_lines.bit_length() - 1
+    rows, entries = [], set()
+    for r in range(t.rows):
+        mine = {store_index(t.base + r * stride + j * LINE_BYTES, bits) for j in range(lpr)}
+        if len(mine) == lpr and not mine & entries and len(rows) < 3:
+            rows.append(r)
+            entries |= mine
+    assert len(rows) == 3, f"no three rows of table {t.base:#x} in distinct entries"
+    batch = Batch(np.array([rows[0], rows[1], rows[2], rows[0]], np.int32),
+                  np.array([0, 2], np.int32))
+    distinct_lines = len(rows) * lpr
+    mark = scratch.heap.next
+
+    async def counters():
+        return (await tb.csr.read64("ENG_UPD_STORE_LINES"),
+                await tb.csr.read64("ENG_PMEM_RD_UPDATE"))
+
+    async def round_(between, batch_id):
+        scratch.heap.release(mark)
+        exp = await drv.lookup(t, batch, batch_id=batch_id)
+        await drv.run()
+        assert exp.status is Status.OK, exp.status
+        await between()
+        before = await counters()
+        grads = (rng.standard_normal((batch.num_bags, t.dim)) * 0.05).astype(np.float32)
+        exp = await drv.update(t, batch, grads, batch_id=batch_id)
+        await drv.run()
+        assert exp.status is Status.OK, exp.status
+        after = await counters()
+        return after[0] - before[0], after[1] - before[1]
+
+    async def nothing():
+        pass
+
+    async def host_writes_a_row():
+        new = (rng.standard_normal(t.dim) * 0.5).astype(t.data.dtype)
+        off = rows[1] * stride
+        image = emb.pack_rows(new[None, :], base=t.image0[off:off + stride])
+        t.data[rows[1]] = new
+        await drv.put(t.base + off, image)
+
+    async def host_reads_a_line():
+        other = tables[1].base // LINE_BYTES
+        await tb.agent.read(tb.agent.host_line(other))
+
+    assert await round_(nothing, 1) == (distinct_lines, 0), "a LOOKUP's rows not kept"
+    assert await round_(host_writes_a_row, 2) == (0, distinct_lines), (
+        "the store served an UPDATE after a host write")
+    assert await round_(host_reads_a_line, 3) == (0, distinct_lines), (
+        "the store served an UPDATE after a host read")
+    assert await round_(nothing, 4) == (distinct_lines, 0), "the store did not serve again"
+    await bench.finish()
+
+
 #: Read-error cases of the scratch buffers and the ring: which buffer's line fails (the
 #: ring: the UPDATE's descriptor), which of its reads (1: the first, pass 1 or the only
 #: read; 2: every later one, pass 2) and what the GPU home answers.

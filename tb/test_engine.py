@@ -242,9 +242,10 @@ async def test_engine_counters_and_status(dut):
     served (the driver uses its backdoor, so the engine is the model's only user);
     ENG_UPD_DISTINCT_ROWS the sum of the UPDATEs' rows_written; the per-kind
     ENG_PMEM_RD_* / ENG_PMEM_WR_* against the workload's rows, gradients and distinct
-    rows, summing to the totals; ENG_STATUS.INIT set until the UPDATE hash table is
-    cleared (2 * update_acc_rows cycles after reset: two halves); ENG_STATUS idle at
-    the end."""
+    rows, summing to the totals, the distinct rows' lines read from PMEM and those read
+    from the row store (ENG_UPD_STORE_LINES) making every distinct row's lines;
+    ENG_STATUS.INIT set until the UPDATE hash table is cleared (2 * update_acc_rows
+    cycles after reset: two halves); ENG_STATUS idle at the end."""
     async def init_clears(tb):
         clear = 2 * tb.config.update_acc_rows
         status = await tb.csr.read_fields("ENG_STATUS")
@@ -292,18 +293,22 @@ async def test_engine_counters_and_status(dut):
     got = {name: await tb.csr.read64(name) for name in (
         "ENG_DESC_DONE", "ENG_LINES_GATHERED", "ENG_BAGS_POOLED", "ENG_UPD_ITEMS",
         "ENG_UPD_LINES_WRITTEN", "ENG_PMEM_RD_LINES", "ENG_PMEM_WR_LINES",
-        "ENG_UPD_DISTINCT_ROWS", *PMEM_KIND_CSRS.values())}
+        "ENG_UPD_DISTINCT_ROWS", "ENG_UPD_STORE_LINES", *PMEM_KIND_CSRS.values())}
     rd, wr = stats.lines_read - served[0], stats.lines_written - served[1]
-    # Per kind: the gather reads the LOOKUPs' rows, the scatter reads and writes each
-    # distinct row once and the gradient feed reads each bag's gradient lines; no
+    store = got["ENG_UPD_STORE_LINES"]
+    assert store <= written, f"ENG_UPD_STORE_LINES {store} > the {written} lines updated"
+    # Per kind: the gather reads the LOOKUPs' rows, the scatter reads (from PMEM or the
+    # row store) and writes each distinct row once and the gradient feed reads each
+    # bag's gradient lines; no
     # checkpoint here; the rest (descriptors, indices and offsets, pooled vectors,
     # records) is "other", so the kinds sum to the totals the PMEM model served.
     want = {"ENG_DESC_DONE": 10, "ENG_LINES_GATHERED": lines, "ENG_BAGS_POOLED": bags,
             "ENG_UPD_ITEMS": items, "ENG_UPD_LINES_WRITTEN": written,
             "ENG_PMEM_RD_LINES": rd, "ENG_PMEM_WR_LINES": wr,
-            "ENG_UPD_DISTINCT_ROWS": distinct,
-            "ENG_PMEM_RD_LOOKUP": lines, "ENG_PMEM_RD_UPDATE": written + glines,
-            "ENG_PMEM_RD_CKPT": 0, "ENG_PMEM_RD_OTHER": rd - lines - written - glines,
+            "ENG_UPD_DISTINCT_ROWS": distinct, "ENG_UPD_STORE_LINES": store,
+            "ENG_PMEM_RD_LOOKUP": lines, "ENG_PMEM_RD_UPDATE": written - store + glines,
+            "ENG_PMEM_RD_CKPT": 0,
+            "ENG_PMEM_RD_OTHER": rd - lines - (written - store) - glines,
             "ENG_PMEM_WR_UPDATE": written, "ENG_PMEM_WR_CKPT": 0,
             "ENG_PMEM_WR_OTHER": wr - written}
     assert got == want, f"counters {got}, expected {want}"

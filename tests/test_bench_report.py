@@ -21,3 +21,4 @@ def test_device_counters_report():
                                       "wr_update", "wr_ckpt", "wr_other"}
     assert got["pmem_lines_total"] == {"rd": 28, "wr": 3}
     assert got["upd_distinct_rows"] is None
+    assert got["upd_store_lines"] is None

@@ -57,6 +57,9 @@ HDM_MSG = "hdm_size must be a 4 KiB multiple no larger than pmem_size (107374182
     ({"seq_replay_lines": 1}, "seq_replay_lines must be 0 or a power of two"),
     ({"seq_replay_lines": 24}, "seq_replay_lines must be 0 or a power of two"),
     ({"seq_replay_lines": 8192}, "seq_replay_lines must be 0 or a power of two"),
+    ({"row_store_lines": 1}, "row_store_lines must be 0 or a power of two"),
+    ({"row_store_lines": 48}, "row_store_lines must be 0 or a power of two"),
+    ({"row_store_lines": 1 << 17}, "row_store_lines must be 0 or a power of two"),
     ({"engine_sequencers": 9}, "engine_sequencers must be between 1 and 8"),
     ({"axi_id_width": 6, "max_tags": 64, "engine_sequencers": 3},
      "engine_sequencers must be between 1 and 8, with axi_id_width - 3"),
@@ -98,7 +101,8 @@ def test_derived_values():
         "gather_rob_lines", "engine_max_dim", "update_acc_rows", "update_acc_lines",
         "ckpt_filter_rows",
         "ckpt_fifo_lines", "mlp_relax_k", "page_bytes", "dcoh_cqids", "cache_cqids",
-        "cache_write_cqids", "engine_sequencers", "meta_state", "seq_replay_lines"]
+        "cache_write_cqids", "engine_sequencers", "meta_state", "seq_replay_lines",
+        "row_store_lines"]
     assert config.dcoh_pages == 16
     assert config.log_slot_lines == 5
     assert config.pmem_id_width == 7

@@ -113,6 +113,8 @@ class Traffic:
     ar_bp: float = 0.0          # arready low
     r_idle: float = 0.0         # no R beat presented although one is due
     sink_pause: int = 0         # o_lines.ready low for the first cycles
+    unsafe: int = 0             # ``unsafe`` for 1..8 cycles at a random point of
+                                # every period of this many cycles (0: never)
 
 
 SMOOTH = Traffic()
@@ -129,6 +131,9 @@ class Result:
     cycles: int
     reordered: bool = False     # some burst completed before one issued earlier
     undo_stall_cycles: int = 0
+    fills: list[tuple[int, int, int]] = field(default_factory=list)  # cycle, addr, data
+    accept_cycles: list[int] = field(default_factory=list)           # per i_rows item
+    unsafe_cycles: set[int] = field(default_factory=set)
 
 
 class TB:
@@ -167,6 +172,8 @@ class TB:
             beat = None
             cycle = 0
             done_at = None
+            unsafe_left = 0
+            unsafe_at = 0
             while True:
                 if cycle == reset_at:
                     ctx.set(cd.rst, 1)
@@ -199,10 +206,20 @@ class TB:
                         ctx.set(p.rresp, resp)
                         ctx.set(p.rlast, int(last))
                 ctx.set(p.rvalid, beat is not None)
-                (_, _, rows_ready, l_valid, l_ready, l_p, u_valid, u_ready, u_p, ar_valid,
-                 ar_ready, ar_id, ar_addr, ar_len, ar_size, ar_burst, rready, busy, stall,
-                 resp_err, awvalid, wvalid) = await ctx.tick().sample(
-                    dut.i_rows.ready, dut.o_lines.valid, dut.o_lines.ready,
+                if tr.unsafe and cycle % tr.unsafe == 0:
+                    unsafe_at = cycle + rng.randrange(tr.unsafe - 8)
+                if tr.unsafe and cycle == unsafe_at:
+                    unsafe_left = rng.randint(1, 8)
+                ctx.set(dut.unsafe, unsafe_left > 0)
+                if unsafe_left:
+                    out.unsafe_cycles.add(cycle)
+                    unsafe_left -= 1
+                (_, _, fill_valid, fill_addr, fill_data, rows_ready, l_valid, l_ready, l_p,
+                 u_valid, u_ready, u_p, ar_valid, ar_ready, ar_id, ar_addr, ar_len, ar_size,
+                 ar_burst, rready, busy, stall, resp_err, awvalid,
+                 wvalid) = await ctx.tick().sample(
+                    dut.fill_valid, dut.fill_addr, dut.fill_data, dut.i_rows.ready,
+                    dut.o_lines.valid, dut.o_lines.ready,
                     dut.o_lines.payload.as_value(), dut.o_undo.valid, dut.o_undo.ready,
                     dut.o_undo.payload.as_value(), p.arvalid, p.arready, p.arid, p.araddr,
                     p.arlen, p.arsize, p.arburst, p.rready, dut.busy, dut.undo_stall,
@@ -210,6 +227,9 @@ class TB:
                 assert not awvalid and not wvalid, "the gather must not write"
                 if cur is not None and rows_ready:
                     cur = None
+                    out.accept_cycles.append(cycle)
+                if fill_valid:
+                    out.fills.append((cycle, fill_addr, fill_data))
                 checks[0].observe(cycle, l_valid, l_ready, l_p)
                 checks[1].observe(cycle, u_valid, u_ready, u_p)
                 ar = (ar_id, ar_addr, ar_len, ar_size, ar_burst)
@@ -345,6 +365,43 @@ def test_lines_in_index_order(config, traffic, seed):
     assert res.undo_stall_cycles == 0 and res.resp_error == 0 and res.busy_at_end == 0
     assert res.reordered, "PMEM returned every burst in order: the test proves nothing"
     print(f"{len(res.lines)} lines in {res.cycles} cycles, {model.stats.reads} bursts")
+
+
+def test_row_store_fills(seed):
+    """``fill_*`` offers each line of a LOOKUP's row as it leaves on ``o_lines``, with its
+    address and data, if and only if ``unsafe`` was low in every cycle from the row's
+    acceptance to that line's transfer (rough traffic, ``unsafe`` for a few cycles in
+    every 150); never a line of an UPDATE's row or of an empty bag."""
+    rng = random.Random(seed)
+    model = PmemModel(size=PMEM_SIZE, timing=PmemTiming(read_latency=20, jitter=60),
+                      rng=random.Random(seed + 1))
+    descs = mixed_descs(rng, model) + mixed_descs(rng, model)
+    for i, d in enumerate(descs):
+        d.update = int(i % 3 == 2)
+    dut = RowGather(**CONFIGS["rob64-id3"])
+    tr = Traffic(idle=0.3, lines_bp=0.3, ar_bp=0.3, r_idle=0.2, unsafe=150)
+    res = TB(dut, model, seed=seed + 2, traffic=tr).run(descs)
+    compare(res.lines, expected(model, descs)[0], "o_lines")
+    want = []
+    line_k = 0
+    rows = [(d, it) for d in descs for it in d.items]
+    assert len(res.accept_cycles) == len(rows)
+    kept = dropped = 0
+    for (d, it), accepted in zip(rows, res.accept_cycles, strict=True):
+        n = 1 if it["empty_bag"] else d.lines_per_row
+        cycles = res.line_cycles[line_k:line_k + n]
+        line_k += n
+        if it["empty_bag"] or d.update:
+            continue
+        for j, c in enumerate(cycles):
+            safe = not any(u in res.unsafe_cycles for u in range(accepted, c + 1))
+            kept += safe
+            dropped += not safe
+            if safe:
+                addr = d.table_base + (it["row"] * d.lines_per_row + j) * LINE_BYTES
+                want.append((c, addr, int.from_bytes(model.read(addr, LINE_BYTES), "little")))
+    assert res.fills == want, "fills differ from the safe rows' lines"
+    assert kept > 5 and dropped > 5, (kept, dropped)   # both cases were seen
 
 
 def test_undo_consumer_not_always_ready(seed):

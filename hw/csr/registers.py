@@ -540,6 +540,7 @@ _PARAM_DOCS: Mapping[str, str] = {
     "engine_sequencers": "Bag sequencers of the engine (descriptors checked at once).",
     "meta_state": "1: the endpoint stores each line's Meta0-State and returns it.",
     "seq_replay_lines": "Lines of each bag sequencer's replay store (0: none).",
+    "row_store_lines": "Table lines the engine's row store keeps (0: none).",
 }
 
 _HDM_NOTE = ("The decoder uses the new value from the cycle after the write; software "
@@ -743,6 +744,11 @@ def _engine_registers() -> Iterable[Register]:
         "ENG_UPD_DISTINCT_ROWS", 0x4C8, Kind.COUNTER64, clear_by="PERF_CTRL", step_width=32,
         doc="Distinct rows written by UPDATEs: the sum of their completion records' "
             "rows_written.")
+    yield Register(
+        "ENG_UPD_STORE_LINES", 0x4D0, Kind.COUNTER64, clear_by="PERF_CTRL",
+        doc="Table lines UPDATEs read from the row store instead of device memory "
+            "(docs/embedding.md, \"Row store\"); with ENG_PMEM_RD_UPDATE's row lines they "
+            "make every distinct row's lines.")
     # ENG_PMEM_{RD,WR}_LINES split by the engine manager that moved the line
     # (docs/embedding.md, "Counters"): the kinds sum to the totals.
     for offset, name, doc in (

@@ -27,6 +27,7 @@ from .grad_feed import GradFeed
 from .pool_reduce import PoolReduce
 from .row_fork import RowFork
 from .row_gather import RowGather
+from .row_store import RowStore, StoreReader
 from .sequencer_pool import SequencerPool
 
 __all__ = ["Engine"]
@@ -162,6 +163,18 @@ class Engine(wiring.Component):
     ev_upd_rows : ``Out(32)``
         ``rows_written`` of an UPDATE's result as the scatter hands it to the completion
         (the record's ``rows_written``: distinct rows written), else 0.
+    ev_upd_store_line : ``Out(1)``
+        A table line the scatter read came from the row store instead of PMEM.
+    store_flush, ext_write : ``In(1)``
+        For the row store (``row_store_lines``; ``docs/embedding.md``, "Row store"):
+        ``store_flush`` empties it (the device raises it for every request the host
+        sends on CXL.mem, which may give the host a line to change or change one);
+        ``ext_write`` is high while a write of another manager of the same PMEM (the
+        host's, through the CXL.mem endpoint) is in flight, from its AW to its B, so
+        that no line whose read it may have passed is kept. The engine's own writes to
+        ``pmem`` are watched here: each AW clears the lines it writes from the store
+        (a burst of several lines holds the next AW while its lines are looked up),
+        and no line is kept while one is in flight.
     """
 
     def __init__(self, *, config: DeviceConfig):
@@ -206,6 +219,9 @@ class Engine(wiring.Component):
             "ev_pmem_wr_line": Out(1),
             **{f"ev_pmem_{d}_{kind}": Out(1) for d, kind in PMEM_KIND_COUNTERS},
             "ev_upd_rows": Out(32),
+            "ev_upd_store_line": Out(1),
+            "store_flush": In(1),
+            "ext_write": In(1),
             # checkpoint (docs/checkpoint.md)
             "ck_recover": In(1),
             "ck_busy": Out(1),
@@ -294,11 +310,35 @@ class Engine(wiring.Component):
                           (fetch_src, self.ring_host)):
             m.d.comb += [src.host.eq(host), src.base_line.eq(self.scratch_host_line)]
 
+        # --- the row store: the LOOKUPs' lines, the scatter's row reads answered from it
+        scatter_pmem, store = scatter.pmem, None
+        if cfg.row_store_lines:
+            m.submodules.row_store = store = RowStore(addr_width=aw,
+                                                      lines=cfg.row_store_lines)
+            m.submodules.store_reader = reader = StoreReader(
+                addr_width=aw, id_width=id_width, max_burst=max_lines,
+                queue=max(16, cfg.gather_rob_lines))
+            wiring.connect(m, scatter.pmem, reader.up)
+            m.d.comb += [
+                store.fill_valid.eq(gather.fill_valid),
+                store.fill_addr.eq(gather.fill_addr),
+                store.fill_data.eq(gather.fill_data),
+                store.probe_valid.eq(reader.probe_valid),
+                store.probe_addr.eq(reader.probe_addr),
+                reader.probe_ok.eq(store.probe_ok),
+                reader.hit.eq(store.hit),
+                reader.data.eq(store.data),
+                store.flash.eq(self.store_flush),
+                self.ev_upd_store_line.eq(reader.store_beat),
+            ]
+            scatter_pmem = reader.down
+
         # --- PMEM and CXL.cache ports
         self._share_pmem(m, id_width, {
             "gather": gather.pmem, "sequencer": seq_src.pmem, "completion": comp.pmem,
-            "fetch": fetch_src.pmem, "grad": grad_src.pmem, "scatter": scatter.pmem,
-            "recovery": recovery.pmem}, logger=logger, copier=copier, copy_src=copy_src)
+            "fetch": fetch_src.pmem, "grad": grad_src.pmem, "scatter": scatter_pmem,
+            "recovery": recovery.pmem}, logger=logger, copier=copier, copy_src=copy_src,
+            store=store, gather=gather)
         m.submodules.cache_rd = cache_rd = CacheReadMux(ports=4)
         for k, src in enumerate((copy_src, seq_src, grad_src, fetch_src)):
             wiring.connect(m, src.o_rd, getattr(cache_rd, f"i_req{k}"))
@@ -383,11 +423,13 @@ class Engine(wiring.Component):
         return m
 
     def _share_pmem(self, m: Module, id_width: int, managers: dict, *, logger, copier,
-                    copy_src) -> None:
+                    copy_src, store, gather) -> None:
         """Shares ``pmem`` between ``managers`` (name in ``_MANAGERS`` -> AXI port with
         ``id_width`` ID bits) and the background: the undo ``logger`` and the MLP
         ``copier`` (its reads through ``copy_src``), ``id_width - 1`` ID bits each,
-        take the arbiter's last port through an arbiter of their own."""
+        take the arbiter's last port through an arbiter of their own. With a row
+        ``store``, every AW of ``pmem`` clears its lines from it, and the ``gather``
+        keeps no line while a write is in flight."""
         aw = self._config.pmem_addr_width
         m.submodules.background = background = AxiArbiter(
             addr_width=aw, data_width=LINE_BITS, id_width=id_width - 1, priorities=[0, 0])
@@ -400,13 +442,45 @@ class Engine(wiring.Component):
         ports = {**managers, "background": background.sub}
         for i, name in enumerate(_MANAGERS):
             wiring.connect(m, ports[name], getattr(arbiter, f"m{i}"))
-        wiring.connect(m, arbiter.sub, wiring.flipped(self.pmem))
+        if store is None:
+            wiring.connect(m, arbiter.sub, wiring.flipped(self.pmem))
+        else:
+            self._watch_writes(m, arbiter.sub, store, gather)
         # Per-kind line counts: every beat of ``pmem`` passes exactly one manager port.
         beat = {"rd": lambda p: p.rvalid & p.rready, "wr": lambda p: p.wvalid & p.wready}
         for d, kind in PMEM_KIND_COUNTERS:
             beats = [beat[d](getattr(arbiter, f"m{i}")) for i, name in enumerate(_MANAGERS)
                      if _MANAGER_KIND[name] == kind]
             m.d.comb += getattr(self, f"ev_pmem_{d}_{kind}").eq(Cat(*beats).any())
+
+    def _watch_writes(self, m: Module, sub, store, gather) -> None:
+        """``sub`` (the arbiter's port) to ``pmem``, each AW passing through the row
+        ``store``'s invalidation (held while it has no room), and ``gather.unsafe`` from
+        an AW until its B, of the engine's writes and of ``ext_write``."""
+        pmem = self.pmem
+        for name, member in pmem.signature.members.items():
+            if name in ("awvalid", "awready"):
+                continue
+            if member.flow == Out:
+                m.d.comb += getattr(pmem, name).eq(getattr(sub, name))
+            else:
+                m.d.comb += getattr(sub, name).eq(getattr(pmem, name))
+        aw_go = Signal()
+        m.d.comb += [
+            pmem.awvalid.eq(sub.awvalid & store.inv_room),
+            sub.awready.eq(pmem.awready & store.inv_room),
+            aw_go.eq(pmem.awvalid & pmem.awready),
+            store.inv_valid.eq(aw_go),
+            store.inv_addr.eq(pmem.awaddr),
+            store.inv_len.eq(pmem.awlen),
+        ]
+        # Bursts written and not yet answered (B): fewer than 2**16 (IDs bound them).
+        pending = Signal(16)
+        b_go = Signal()
+        m.d.comb += b_go.eq(pmem.bvalid & pmem.bready)
+        m.d.sync += pending.eq(pending + aw_go - b_go)
+        m.d.comb += gather.unsafe.eq(aw_go | (pending != 0) | self.ext_write
+                                     | self.store_flush)
 
     @staticmethod
     def _control_update(m: Module, seqs, fork, *, grad, scatter) -> None:

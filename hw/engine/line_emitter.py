@@ -47,6 +47,11 @@ class LineEmitter(wiring.Component):
     o_capture : ``Out(stream.Signature(UNDO))``
         Its ``ready`` is not looked at (``undo_room`` has made sure of it).
     capture_pending, undo_stall : ``Out(1)``
+    row_end : ``Out(1)``
+        The line in ``o_lines`` is its row's last (or an empty bag's).
+    line_addr : ``Out(48)``
+        Byte address of the line in ``o_lines`` (its row's first line's plus 64 per
+        line; meaningless for an empty bag).
     """
 
     i_meta: In(stream.Signature(ROW_META))
@@ -58,6 +63,8 @@ class LineEmitter(wiring.Component):
     o_lines: Out(stream.Signature(LINE))
     o_capture: Out(stream.Signature(UNDO))
     capture_pending: Out(1)
+    row_end: Out(1)
+    line_addr: Out(48)
     undo_stall: Out(1)
 
     def elaborate(self, platform):
@@ -110,5 +117,7 @@ class LineEmitter(wiring.Component):
             item.row_addr.eq(cur.row_addr),
             item.n_lines.eq(cur.last_line + 1),
             self.undo_stall.eq(self.i_meta.valid & ~undo_room),
+            self.row_end.eq(cur_line == cur.last_line),
+            self.line_addr.eq(cur.row_addr + (cur_line << 6)),
         ]
         return m

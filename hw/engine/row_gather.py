@@ -2,7 +2,7 @@
 flight, delivered in index order as the line stream :class:`~.pool_reduce.PoolReduce`
 takes."""
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -90,6 +90,18 @@ class RowGather(wiring.Component):
     that is what holds the head). A consumer that is always ready never stalls it.
     Empty bags produce no undo item.
 
+    **Lines for the row store** (``fill_*``, :class:`~.row_store.RowStore`). Each line
+    of a LOOKUP's row (not an empty bag's) is offered (``fill_valid`` for one cycle,
+    with ``fill_addr``, its byte address, and ``fill_data``)
+    as it leaves on ``o_lines``, unless a write may have passed its read: in a cycle with
+    ``unsafe`` (a write to PMEM is in flight or being issued; the sender raises it from
+    a write's AW until its B) every row accepted and not yet fully emitted (counting the
+    rows accepted in that cycle) is marked, and the lines of the marked rows that leave
+    from then on, and any line in a cycle with ``unsafe``, are not offered. So a line is
+    offered if and only if ``unsafe`` was low from its row's acceptance to the line's
+    transfer. Rows leave in the order they came, so the marked ones are the next ones to
+    finish: a count suffices.
+
     Parameters
     ----------
     addr_width : int
@@ -122,6 +134,9 @@ class RowGather(wiring.Component):
         The next line waits for room in the undo FIFO.
     resp_error : ``Out(1)``
         Sticky: an R beat answered other than OKAY.
+    unsafe : ``In(1)``
+    fill_valid, fill_addr, fill_data : ``Out``
+        Lines for the row store (see above).
 
     Raises
     ------
@@ -155,6 +170,10 @@ class RowGather(wiring.Component):
             "busy": Out(1),
             "undo_stall": Out(1),
             "resp_error": Out(1),
+            "unsafe": In(1),
+            "fill_valid": Out(1),
+            "fill_addr": Out(addr_width),
+            "fill_data": Out(LINE_BITS),
         })
 
     @property
@@ -234,4 +253,27 @@ class RowGather(wiring.Component):
         wiring.connect(m, undo_tap.o_undo, wiring.flipped(self.o_undo))
 
         m.d.comb += self.busy.eq(issue.busy | (issue.tail != rob.head) | self.o_lines.valid)
+
+        # Rows in flight (accepted, not all their lines emitted) and how many of the
+        # oldest of them a write may have passed (their lines are not offered).
+        rows = self.i_rows
+        out = self.o_lines
+        accepted = Signal()
+        finished = Signal()
+        m.d.comb += [accepted.eq(rows.valid & rows.ready),
+                     finished.eq(out.valid & out.ready & emitter.row_end)]
+        count_bits = (self._rob_lines * 2 + 8).bit_length() + 1
+        in_flight = Signal(count_bits)
+        marked = Signal(count_bits)
+        m.d.sync += in_flight.eq(in_flight + accepted - finished)
+        with m.If(self.unsafe):
+            m.d.sync += marked.eq(in_flight + accepted - finished)
+        with m.Elif(finished & (marked != 0)):
+            m.d.sync += marked.eq(marked - 1)
+        m.d.comb += [
+            self.fill_valid.eq(out.valid & out.ready & ~out.p.empty_bag & ~out.p.update
+                               & ~self.unsafe & (marked == 0)),
+            self.fill_addr.eq(emitter.line_addr),
+            self.fill_data.eq(out.p.data),
+        ]
         return m
