@@ -68,9 +68,9 @@ class RowStore(wiring.Component):
     one AW per cycle). ``flash`` clears every entry at once (from the next cycle).
 
     **Probe** (``probe_valid`` with ``probe_addr``, a line's byte address; nothing waits
-    for it): ``hit`` and ``data``
-    answer in the next cycle: ``hit`` if the entry holds that line and is valid then (an
-    invalidation compared in the probe's cycle or before counts). The prober presents a
+    for it): ``hit`` and ``data`` answer in the next cycle: ``hit`` if the entry holds
+    that line and is valid then (an invalidation compared in the probe's cycle or before
+    counts). The prober presents a
     probe only with ``probe_ok``, low while a burst's lines are being looked up, so a
     probe never passes an invalidation of a burst accepted before it.
 
@@ -142,7 +142,7 @@ class RowStore(wiring.Component):
         m.d.comb += [
             tag_probe.addr.eq(_index(probe_line, k)),
             line_r.addr.eq(_index(probe_line, k)),
-            self.hit.eq(p_due & select_bit(m, valid, p_idx, "probe_valid")
+            self.hit.eq(p_due & select_bit(m, valid, p_idx, "probed_entry_valid")
                         & (tag_probe.data == p_line)),
             self.data.eq(line_r.data),
         ]
