@@ -118,3 +118,18 @@ def test_gen_cli_emits_named_modules(tmp_path):
 def test_gen_cli_reports_bad_config(tmp_path, capsys):
     assert gen_main(["--config", "nope", "--out", str(tmp_path)]) == 2
     assert "config 'nope' not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lines", [0, 16])
+def test_row_store_lines_zero_builds_none(lines):
+    """``row_store_lines = 0`` builds an engine without the row store and its reader
+    (the scatter reads every row from PMEM); a non-zero value builds both."""
+    from amaranth.hdl import Fragment
+
+    from hw.engine.engine import Engine
+
+    config = load_config("small").replace(row_store_lines=lines)
+    fragment = Fragment.get(Engine(config=config), None)
+    names = {name for _, name, *_ in fragment.subfragments}
+    assert ("row_store" in names) == bool(lines), sorted(names)
+    assert ("store_reader" in names) == bool(lines), sorted(names)
