@@ -299,9 +299,9 @@ async def test_engine_counters_and_status(dut):
     assert store <= written, f"ENG_UPD_STORE_LINES {store} > the {written} lines updated"
     # Per kind: the gather reads the LOOKUPs' rows, the scatter reads (from PMEM or the
     # row store) and writes each distinct row once and the gradient feed reads each
-    # bag's gradient lines; no
-    # checkpoint here; the rest (descriptors, indices and offsets, pooled vectors,
-    # records) is "other", so the kinds sum to the totals the PMEM model served.
+    # bag's gradient lines; no checkpoint here; the rest (descriptors, indices and
+    # offsets, pooled vectors, records) is "other", so the kinds sum to the totals the
+    # PMEM model served.
     want = {"ENG_DESC_DONE": 10, "ENG_LINES_GATHERED": lines, "ENG_BAGS_POOLED": bags,
             "ENG_UPD_ITEMS": items, "ENG_UPD_LINES_WRITTEN": written,
             "ENG_PMEM_RD_LINES": rd, "ENG_PMEM_WR_LINES": wr,
