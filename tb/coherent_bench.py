@@ -318,6 +318,10 @@ class CoherentDriver(EngineDriver):
             first = agent.host_line(addr // LINE_BYTES)
             await cache.flush(range(first, first + len(data) // LINE_BYTES))
 
+    async def _table_written(self, table) -> None:
+        """Nothing to do: the host cache's puts reach the device as CXL.mem requests
+        (fills for ownership, write-backs), which empty the row store."""
+
     def coherent_line(self, dev: int) -> bytes:
         entry = self.bench.cache.lines.get(self.tb.agent.host_line(dev))
         if entry is not None and entry[0] == "M":

@@ -288,7 +288,17 @@ class EngineDriver:
         table = Table(self.heap.alloc(len(image)), data.copy(), self._next_table_id, image)
         self._next_table_id += 1
         await self.put(table.base, image)
+        await self._table_written(table)
         return table
+
+    async def _table_written(self, table: Table) -> None:
+        """After a table's image is in place: a backdoor write is not seen by the
+        engine's row store, which may hold lines of an earlier table at these addresses
+        (the heap is reused), so one host CXL.mem read empties it (``docs/embedding.md``,
+        "Row store"), as a write through the device would have."""
+        if not self.via_cxl:
+            agent = self.tb.agent
+            await agent.read(agent.host_line(table.base // LINE_BYTES))
 
     async def buffer(self, raw: bytes) -> int:
         """A new buffer holding ``raw`` (a LOOKUP's / UPDATE's: in the scratch window of
