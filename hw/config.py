@@ -82,8 +82,13 @@ class DeviceConfig:
         entries (distinct rows; power of two, 2 to 4096) and the fp32 sum lines they
         share, a row taking one per gradient line (power of two, ``engine_max_dim /
         16`` to 65536). An UPDATE with more indices than ``update_acc_rows``, or more
-        indices times gradient lines per row than ``update_acc_lines``, completes
-        UNSUPPORTED.
+        indices times gradient lines per row than ``update_acc_lines``, runs in passes
+        over the accumulator (``docs/embedding.md``, "Passes").
+    update_max_passes:
+        The passes an UPDATE may need by its size (power of two, 1 to 65536): one with
+        more than ``update_max_passes`` times the indices, or indices times gradient
+        lines, the accumulator holds completes UNSUPPORTED (1: no UPDATE beyond the
+        accumulator).
     engine_sequencers:
         Bag sequencers of the engine (1 to 8): that many LOOKUP / UPDATE descriptors
         have their checks and index reads in flight at once (``docs/embedding.md``,
@@ -152,6 +157,7 @@ class DeviceConfig:
     meta_state: int = 0
     seq_replay_lines: int = 256
     row_store_lines: int = 2048
+    update_max_passes: int = 64
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -230,6 +236,9 @@ class DeviceConfig:
                                       or not 2 <= self.seq_replay_lines <= 4096):
             raise ValueError("seq_replay_lines must be 0 or a power of two between 2 and "
                              f"4096, not {self.seq_replay_lines}")
+        if not is_pow2(self.update_max_passes) or not 1 <= self.update_max_passes <= 65536:
+            raise ValueError("update_max_passes must be a power of two between 1 and 65536, "
+                             f"not {self.update_max_passes}")
         if self.row_store_lines and (not is_pow2(self.row_store_lines)
                                      or not 2 <= self.row_store_lines <= 65536):
             raise ValueError("row_store_lines must be 0 or a power of two between 2 and "

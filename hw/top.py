@@ -281,6 +281,7 @@ class Device(wiring.Component):
             regs.eng_busy_inc.eq(engine.ev_busy),
             regs.eng_upd_distinct_rows_inc.eq(engine.ev_upd_rows),
             regs.eng_upd_store_lines_inc.eq(engine.ev_upd_store_line),
+            regs.eng_upd_passes_inc.eq(engine.ev_upd_pass),
             *(getattr(regs, f"eng_pmem_{d}_{kind}_inc").eq(getattr(engine, f"ev_pmem_{d}_{kind}"))
               for d, kind in PMEM_KIND_COUNTERS),
         ]

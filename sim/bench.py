@@ -106,6 +106,9 @@ ENGINE_WORKLOAD = {"dim": 64, "batch": 128, "rows": 20000}
 #: (``COH_CTRL.SCRATCH_HOST`` / ``RING_HOST``); the device-memory runs are reported
 #: beside them.
 GATHER_RUNS = ((20, 4, "gpu"), (1, 16, "gpu"), (20, 4, "device"), (1, 16, "device"))
+#: Bags of the engine benchmark's UPDATE larger than the accumulator (20 indices each:
+#: 10,240 indices of dim 64, three accumulators' worth on the ``default`` device).
+MULTIPASS_BATCH = 512
 
 
 def _device_counters(c: dict) -> dict:
@@ -120,6 +123,7 @@ def _device_counters(c: dict) -> dict:
         "pmem_lines_total": {"rd": c.get("ENG_PMEM_RD_LINES"), "wr": c.get("ENG_PMEM_WR_LINES")},
         "upd_distinct_rows": c.get("ENG_UPD_DISTINCT_ROWS"),
         "upd_store_lines": c.get("ENG_UPD_STORE_LINES"),
+        "upd_passes": c.get("ENG_UPD_PASSES"),
     }
 
 
@@ -140,6 +144,11 @@ def bench_engine(config_name: str, sim: str, seed: int | None) -> dict:
     update = _measure("bench_update", config, sim,
                       {**ENGINE_WORKLOAD, "pooling": 20, "zipf": 1.05}, seed,
                       module="tb.bench_engine")
+    print(f"  update larger than the accumulator, {MULTIPASS_BATCH} bags ...")
+    multipass = _measure("bench_update", config, sim,
+                         {**ENGINE_WORKLOAD, "pooling": 20, "zipf": 1.05,
+                          "batch": MULTIPASS_BATCH}, seed, module="tb.bench_engine",
+                         tag="-multipass")
     checks = {}
     if toolenv.have_simulator("verilator"):
         for unit in fpcheck.UNITS:
@@ -162,12 +171,17 @@ def bench_engine(config_name: str, sim: str, seed: int | None) -> dict:
         # the PMEM model's media bytes, of the p20 LOOKUPs and the Zipf UPDATE.
         "pmem_lines_lookup_p20": gather["p20"].get("pmem_lines"),
         "pmem_media_bytes_lookup_p20": gather["p20"].get("pmem_media_bytes"),
+        # One UPDATE of MULTIPASS_BATCH bags: more indices than the accumulator holds,
+        # so it runs in passes (docs/embedding.md, "Passes").
+        "update_multipass_passes": multipass["eng_upd_passes"],
+        "update_multipass_cycles_per_gradient_line": multipass["cycles_per_gradient_line"],
         "pmem_lines_update_zipf": update.get("pmem_lines"),
         "pmem_media_bytes_update_zipf": update.get("pmem_media_bytes"),
         "fp_vectors_checked": sum(c["vectors"] for c in checks.values()),
         "fp_mismatches": sum(c["mismatches"] for c in checks.values()),
         "gather_runs": gather,
         "update_run": update,
+        "update_multipass_run": multipass,
         "fp_checks": checks,
         "targets": {"gather_utilization_p20": ">= 0.90",
                     "update_cycles_per_gradient_line": "<= 1.5"},
@@ -458,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = BUILD / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
     benches = {"mem_endpoint": (bench_mem_endpoint, ("sim_speed_runs",)),
-               "engine": (bench_engine, ("gather_runs", "update_run", "fp_checks")),
+               "engine": (bench_engine, ("gather_runs", "update_run", "update_multipass_run",
+                                               "fp_checks")),
                "ckpt": (bench_ckpt, ("iteration_runs", "recovery_run", "campaign_run")),
                "coherence": (bench_coherence, ("gather_run", "rdcurr_run")),
                "system": (functools.partial(bench_system, platform=args.platform), ()),

@@ -48,8 +48,11 @@ __all__ = [
     "bags",
     "canonical_nans",
     "coalesce_stats",
+    "grad_lines",
     "lines_per_row",
     "pack_rows",
+    "pass_hash",
+    "passes_needed",
     "pool",
     "pool_error_bound",
     "pool_f64",
@@ -58,6 +61,7 @@ __all__ = [
     "stochastic_bf16",
     "unpack_rows",
     "update",
+    "update_passes",
     "validate",
 ]
 
@@ -514,6 +518,56 @@ def coalesce_stats(indices: IntArray, offsets: IntArray, *, padding_idx: int | N
     return CoalesceStats(len(counted), len(set(counted)))
 
 
+# --- Passes of an UPDATE larger than the accumulator -----------------------------------
+
+def pass_hash(row: int) -> int:
+    """The pass hash of ``row`` (``docs/embedding.md``, "Passes"): xorshift32 of its 32
+    bits, ``x ^= x << 13; x ^= x >> 17; x ^= x << 5`` (mod 2**32), a bijection."""
+    x = row & 0xFFFF_FFFF
+    x ^= (x << 13) & 0xFFFF_FFFF
+    x ^= x >> 17
+    return x ^ ((x << 5) & 0xFFFF_FFFF)
+
+
+def grad_lines(dim: int, bf16: bool) -> int:
+    """Gradient lines (accumulator lines) per row of an UPDATE: ``dim / 16`` rounded
+    up; for bf16 tables twice ``dim / 32`` rounded up."""
+    return 2 * lines_per_row(dim, BF16) if bf16 else lines_per_row(dim, FP32)
+
+
+def passes_needed(num_indices: int, glines: int, acc: tuple[int, int]) -> int:
+    """Passes over an accumulator of ``acc = (rows, lines)`` an UPDATE of
+    ``num_indices`` indices (padding included) of ``glines`` gradient lines per row
+    needs by its size: ``max(1, ceil(n / rows), ceil(n * glines / lines))``."""
+    rows, lines = acc
+    return max(1, -(-num_indices // rows), -(-num_indices * glines // lines))
+
+
+def update_passes(counted_rows: IntArray, num_indices: int, glines: int,
+                  acc: tuple[int, int]) -> list[tuple[int, int, bool]]:
+    """The passes ``(level, value, overflowed)`` an UPDATE runs, in order: its counted
+    rows ``counted_rows`` (any order; duplicates allowed), ``num_indices`` and
+    ``glines`` as in :func:`passes_needed`. Pass ``(L, v)`` holds the rows whose
+    :func:`pass_hash` has ``v`` in its low ``L`` bits and overflows when they are more
+    than the accumulator's rows, or their lines more than its lines; an overflowed pass
+    is replaced by its halves ``(L + 1, v)``, ``(L + 1, v + 2**L)``, depth first. The
+    first passes are level ``ceil(log2 passes_needed)``."""
+    rows, lines = acc
+    level0 = (passes_needed(num_indices, glines, acc) - 1).bit_length()
+    hashes = [pass_hash(int(r)) for r in set(int(r) for r in counted_rows)]
+    out: list[tuple[int, int, bool]] = []
+    stack = [(level0, v) for v in reversed(range(1 << level0))]
+    while stack:
+        level, value = stack.pop()
+        mask = (1 << level) - 1
+        distinct = sum(1 for h in hashes if h & mask == value)
+        over = distinct > rows or distinct * glines > lines
+        out.append((level, value, over))
+        if over:
+            stack += [(level + 1, value | 1 << level), (level + 1, value)]
+    return out
+
+
 # --- Descriptor validation -----------------------------------------------------------
 
 def _field(value) -> int:
@@ -522,7 +576,7 @@ def _field(value) -> int:
 
 def validate(desc: Mapping[str, int], *, indices: IntArray, offsets: IntArray,
              pmem_size: int, max_dim: int = MAX_DIM,
-             update_acc: tuple[int, int] | None = None) -> Status:
+             update_acc: tuple[int, int] | None = None, max_passes: int = 1) -> Status:
     """The status the engine completes a descriptor with (``docs/embedding.md``).
 
     ``desc`` holds descriptor fields by name (as :func:`hw.engine.descriptor.
@@ -532,9 +586,9 @@ def validate(desc: Mapping[str, int], *, indices: IntArray, offsets: IntArray,
     pass); ``pmem_size`` is the device memory size in bytes and ``max_dim`` the device's
     largest ``dim`` (``CAP_ENGINE_MAX_DIM``; a larger one is UNSUPPORTED);
     ``update_acc`` the UPDATE accumulator's rows and lines (``CAP_UPDATE_ACC_ROWS``,
-    ``CAP_UPDATE_ACC_LINES``): an UPDATE with more indices than the rows, or more
-    indices times gradient lines per row than the lines, is UNSUPPORTED (None: no
-    limit).
+    ``CAP_UPDATE_ACC_LINES``) and ``max_passes`` (``CAP_UPDATE_MAX_PASSES``): an UPDATE
+    that needs more passes over the accumulator (:func:`passes_needed`) is UNSUPPORTED
+    (``update_acc`` None: no limit).
 
     Checks, the first failing one is reported: ``kind``; MLP_CHECKPOINT is UNSUPPORTED
     here, which is its status with checkpointing off (with it on, its checks need the
@@ -564,10 +618,8 @@ def validate(desc: Mapping[str, int], *, indices: IntArray, offsets: IntArray,
             or (weighted and mode != PoolMode.SUM.value)
             or (kind is DescKind.UPDATE and mode == PoolMode.MAX.value)
             or (kind is DescKind.UPDATE and update_acc is not None
-                and (f["num_indices"] > update_acc[0]
-                     or f["num_indices"] * (2 * lines_per_row(f["dim"], BF16) if f["bf16"]
-                                            else lines_per_row(f["dim"], FP32))
-                     > update_acc[1]))):
+                and passes_needed(f["num_indices"], grad_lines(f["dim"], f["bf16"]),
+                                  update_acc) > max_passes)):
         return Status.UNSUPPORTED
 
     table_dtype = BF16 if f["bf16"] else FP32

@@ -157,5 +157,6 @@ async def bench_update(dut):
         "cycles_per_gradient_line": round(cycles / (rec["updates"] * lpr), 3),
         "bytes_per_row": lpr * LINE_BYTES,
         "eng_upd_distinct_rows": await tb.csr.read64("ENG_UPD_DISTINCT_ROWS"),
+        "eng_upd_passes": await tb.csr.read64("ENG_UPD_PASSES"),
         **await pmem_report(tb, media_start),
     })

@@ -374,16 +374,13 @@ class EngineDriver:
         if ck is not None:
             return Expect(seq=self.tail, fields=norm, status=ck, kind=kind & 0xFF, table=table,
                           table_after=table.data if table is not None else None)
+        limits = {"pmem_size": self.cfg.pmem_size, "max_dim": self.cfg.engine_max_dim,
+                  "update_acc": (self.cfg.update_acc_rows, self.cfg.update_acc_lines),
+                  "max_passes": self.cfg.update_max_passes}
         if batch is not None:
-            status = emb.validate(norm, indices=batch.indices, offsets=batch.offsets,
-                                  pmem_size=self.cfg.pmem_size, max_dim=self.cfg.engine_max_dim,
-                                  update_acc=(self.cfg.update_acc_rows,
-                                              self.cfg.update_acc_lines))
+            status = emb.validate(norm, indices=batch.indices, offsets=batch.offsets, **limits)
         else:
-            status = emb.validate(norm, indices=[], offsets=[], pmem_size=self.cfg.pmem_size,
-                                  max_dim=self.cfg.engine_max_dim,
-                                  update_acc=(self.cfg.update_acc_rows,
-                                              self.cfg.update_acc_lines))
+            status = emb.validate(norm, indices=[], offsets=[], **limits)
         exp = Expect(seq=self.tail, fields=norm, status=status, kind=kind & 0xFF, table=table,
                      table_after=table.data if table is not None else None)
         if status is not Status.OK or batch is None:

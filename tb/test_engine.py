@@ -188,6 +188,49 @@ async def test_update_random(dut, idle, backpressure):
     await _finish(tb, drv)
 
 
+@group("update")
+@cocotb.test()
+async def test_update_passes(dut):
+    """UPDATEs larger than the accumulator run in passes (``docs/embedding.md``,
+    "Passes"): one of one index more than the accumulator holds, over random rows and
+    weighted (two passes); one of as many distinct rows, all in the first half of level
+    1 (that pass overflows and is replaced by its two halves); one that fits (one
+    pass). Tables bit for bit and the records' ``rows_written`` / ``updates`` (the
+    driver's checks), ENG_UPD_PASSES the passes of the golden schedule
+    (``sim.embedding.update_passes``) and ENG_UPD_DISTINCT_ROWS the distinct rows."""
+    tb, drv, rng = await _start(dut, "update_passes", idle=True, backpressure=True)
+    await tb.csr.write("PERF_CTRL", 1)
+    cfg = tb.config
+    acc = (cfg.update_acc_rows, cfg.update_acc_lines)
+    dim = _dims(tb)[0]
+    glines = emb.grad_lines(dim, False)
+    limit = min(acc[0], acc[1] // glines)
+    half = [r for r in range(4 * limit) if emb.pass_hash(r) & 1 == 0][:limit + 1]
+    table = await drv.add_table(rng=rng, data=random_table(rng, half[-1] + 1, dim, FP32))
+    passes = distinct = 0
+    overflowed = False
+    for k, rows in enumerate((rng.integers(0, table.rows, limit + 1), np.array(half),
+                              rng.integers(0, table.rows, limit // 2))):
+        idx = rng.permutation(rows).astype(np.int32)
+        n = len(idx)
+        weights = rng.standard_normal(n).astype(np.float32) if k == 0 else None
+        batch = Batch(idx, np.array([0, n // 3, n // 2], np.int32), weights=weights)
+        grads = (rng.standard_normal((3, dim)) * 0.1).astype(np.float32)
+        exp = await drv.update(table, batch, grads)
+        assert exp.status is Status.OK, exp.status
+        schedule = emb.update_passes(batch.counted_rows(), n, glines, acc)
+        tb.log.info("UPDATE of %d indices: passes %s", n, schedule)
+        passes += len(schedule)
+        distinct += exp.rows_written
+        overflowed |= any(over for *_, over in schedule)
+    assert overflowed, "no pass overflowed"
+    await drv.run()
+    got = (await tb.csr.read64("ENG_UPD_PASSES"), await tb.csr.read64("ENG_UPD_DISTINCT_ROWS"))
+    assert got == (passes, distinct), f"ENG_UPD_PASSES, ENG_UPD_DISTINCT_ROWS {got}, " \
+        f"expected {(passes, distinct)}"
+    await _finish(tb, drv)
+
+
 # --- ordering kinds, ring, counters --------------------------------------------------------
 
 @group("update")
@@ -412,16 +455,21 @@ async def test_bad_descriptors(dut):
         for exp in (await drv.lookup(table, batch), await drv.update(table, batch, g)):
             assert exp.status in (Status.BAD_OFFSETS, Status.INDEX_RANGE), exp.status
     # The UPDATE accumulator's limits: as many distinct rows as it has entries (one-line
-    # rows) or as fill its lines (rows of the largest dim), OK; one index more is
+    # rows) or as fill its lines (rows of the largest dim), OK in one pass; one index
+    # more, OK in two passes; one index more than update_max_passes passes hold is
     # UNSUPPORTED for an UPDATE (a LOOKUP may have it).
     cfg = tb.config
     widest = emb.lines_per_row(cfg.engine_max_dim, FP32)
     limits = [(16, cfg.update_acc_rows)]
     if cfg.update_acc_lines // widest < cfg.update_acc_rows:    # the lines bind first
         limits.append((cfg.engine_max_dim, cfg.update_acc_lines // widest))
+    most = cfg.update_max_passes
     for d, limit in limits:
         wide = await drv.add_table(rng=rng, data=random_table(rng, limit, d, FP32))
-        for n, status in ((limit, Status.OK), (limit + 1, Status.UNSUPPORTED)):
+        g = emb.grad_lines(d, False)
+        past = min(most * cfg.update_acc_rows, most * cfg.update_acc_lines // g) + 1
+        for n, status in ((limit, Status.OK), (limit + 1, Status.OK),
+                          (past, Status.UNSUPPORTED)):
             idx = np.resize(rng.permutation(limit).astype(np.int32), n)
             batch = Batch(idx, np.array([0, n // 2], np.int32))
             g = rng.standard_normal((2, d)).astype(np.float32)

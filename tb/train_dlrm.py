@@ -727,7 +727,7 @@ async def train_dlrm(dut):
         names += ("ENG_LINES_GATHERED", "ENG_BAGS_POOLED", "ENG_UPD_LINES_WRITTEN",
                   "ENG_UPD_ITEMS", "ENG_BUSY", "ENG_UPD_OVERLAPS", "CK_RECORDS",
                   "CK_UNDO_STALL", "CK_MLP_LINES", "CK_MLP_STALL", "ENG_UPD_DISTINCT_ROWS",
-                  "ENG_UPD_STORE_LINES")
+                  "ENG_UPD_STORE_LINES", "ENG_UPD_PASSES")
     for name in names:
         counters[name] = await tb.csr.read64(name)
     await tb.agent.wait_idle()

@@ -22,3 +22,4 @@ def test_device_counters_report():
     assert got["pmem_lines_total"] == {"rd": 28, "wr": 3}
     assert got["upd_distinct_rows"] is None
     assert got["upd_store_lines"] is None
+    assert got["upd_passes"] is None

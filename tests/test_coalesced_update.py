@@ -54,9 +54,9 @@ from sim.embedding import (
     FP32,
     LINE_BYTES,
     bags,
-    coalesce_stats,
     lines_per_row,
     pack_rows,
+    pass_hash,
     random_bags,
     unpack_rows,
     update,
@@ -189,6 +189,8 @@ class Desc:
     rows: list[int] = field(default_factory=list)   # distinct counted rows
     bad_at: int | None = None   # the item (index into its items) that comes ``bad``
     bad_nop: bool = False       # ... rather an ignored ``nop`` item inserted before it
+    pass_: tuple[int, int] = (0, 0)     # (pass_level, pass_value): its rows, the others'
+                                        # items skipped
 
     @property
     def read_error(self) -> bool:
@@ -252,22 +254,33 @@ def garbage_item(rng: random.Random) -> dict:
             "weight": rng.getrandbits(32), "grad": rng.getrandbits(512), "nop": 1}
 
 
+def in_pass(row: int, pass_: tuple[int, int]) -> bool:
+    """``row`` is in pass ``(level, value)`` (``docs/embedding.md``, "Passes")."""
+    level, value = pass_
+    return (pass_hash(row) ^ value) & ((1 << level) - 1) == 0
+
+
 def desc(table: Table, indices, offsets, grads, weights=None, *, acc_rows: int = ACC_ROWS,
-         end: str = "nop", nop_fraction: float = 0.0, bad_at: int | None = None) -> Desc:
+         end: str = "nop", nop_fraction: float = 0.0, bad_at: int | None = None,
+         pass_: tuple[int, int] = (0, 0)) -> Desc:
     """A descriptor on ``table``; its expected effect applied to ``table.want`` (after
     the descriptors made before it: make them in feeding order). With ``bad_at`` its
-    item of that index comes ``bad`` (a failed read upstream): nothing is written."""
+    item of that index comes ``bad`` (a failed read upstream): nothing is written. With
+    ``pass_`` only the rows of that pass are counted and updated (the others' items
+    are ignored)."""
     indices = np.asarray(indices, np.int32)
     offsets = np.asarray(offsets, np.int32)
-    stats = coalesce_stats(indices, offsets)
-    counted = [r for bag in bags(indices, offsets) for r in bag]
+    counted = [r for bag in bags(indices, offsets) for r in bag if in_pass(r, pass_)]
+    rows = list(dict.fromkeys(counted))
     d = Desc(table, indices, offsets, weights, grads, end=end, nop_fraction=nop_fraction,
-             updates=stats.updates, distinct=stats.distinct_rows,
-             overflow=stats.distinct_rows > acc_rows, rows=list(dict.fromkeys(counted)),
-             bad_at=bad_at)
+             updates=len(counted), distinct=len(rows), overflow=len(rows) > acc_rows,
+             rows=rows, bad_at=bad_at, pass_=pass_)
     if d.writes:
-        table.want = update(table.want, indices, offsets, grads, weights=weights,
-                                      rounding="nearest")
+        new = update(table.want, indices, offsets, grads, weights=weights,
+                     rounding="nearest")
+        want = table.want.copy()
+        want[rows] = new[rows]              # the other rows are not in the pass
+        table.want = want
     return d
 
 
@@ -370,7 +383,8 @@ def run(dut: CoalescedUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
     rng = random.Random(seed)
     traffics = [d.traffic or traffic for d in descs]
     ctrl_l = ctrl_layout(dut.addr_width)
-    queue = [(n, pack(ctrl_l, d.ctrl()), pack(ITEM, it), it.get("last", 0))
+    queue = [(n, pack(ctrl_l, d.ctrl()), pack(ITEM, it), it.get("last", 0),
+              d.pass_[0] | d.pass_[1] << len(dut.pass_level))
              for n, d in enumerate(descs) for it in d.items(rng)]
     queue.reverse()
     if max_cycles is None:
@@ -412,7 +426,8 @@ def run(dut: CoalescedUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
     # Every input the bench drives, set in one ``ctx.set`` per cycle (each set of a
     # testbench settles the design, which dominates the run time).
     driven = {"valid": dut.i_items.valid, "item": dut.i_items.payload.as_value(),
-              "ctrl": dut.i_ctrl.as_value(), "done_ready": dut.o_done.ready,
+              "ctrl": dut.i_ctrl.as_value(), "pass": Cat(dut.pass_level, dut.pass_value),
+              "done_ready": dut.o_done.ready,
               "arready": p.arready, "awready": p.awready, "wready": p.wready,
               "rvalid": p.rvalid, "rid": p.rid, "rdata": p.rdata, "rresp": p.rresp,
               "rlast": p.rlast, "bvalid": p.bvalid, "bid": p.bid, "bresp": p.bresp}
@@ -446,7 +461,7 @@ def run(dut: CoalescedUpdate, model: PmemModel, descs: list[Desc], *, seed: int,
                                  for k in range(len(obs.dones), queue[-1][0]))
             if cur is None and queue and not held and not rng.random() < t.idle:
                 cur = queue.pop()
-                v["ctrl"], v["item"] = cur[1], cur[2]
+                v["ctrl"], v["item"], v["pass"] = cur[1], cur[2], cur[4]
             elif cur is None and v["valid"]:
                 # Idle after a transfer: the payload turns to garbage (i_ctrl holds the
                 # descriptor's settings).
@@ -831,6 +846,43 @@ def test_overflow_then_normal(seed):
     for n, d in enumerate(descs):
         d.traffic = ROUGH if n % 2 else SMOOTH
     check_run(new_dut(), model, [f32, b16], descs, seed=seed, traffic=ROUGH)
+
+
+def test_passes_update_only_their_rows(seed):
+    """One UPDATE's items fed as the passes of a multi-pass UPDATE: ``(1, 0)`` then
+    ``(1, 1)`` (together the whole UPDATE), then four ``(3, v)`` passes that split one
+    level-1 half of another UPDATE, and its other half; each pass updates, counts
+    and reads only its own rows (``docs/embedding.md``, "Passes"), so the table ends
+    as after the UPDATE applied once. Then a pass whose own rows overflow the
+    accumulator although the whole UPDATE's first pass would not: nothing written; and
+    a level-0 descriptor (every row)."""
+    nrng = np.random.default_rng(seed)
+    rng = random.Random(seed)
+    model = pmem_model(seed)
+    t = make_table(nrng, model, 0x8000, dtype=FP32, dim=20, rows=256)
+    b16 = make_table(nrng, model, 0x20_0000, dtype=BF16, dim=40, rows=64)
+    descs = []
+    for table, n in ((t, 24), (b16, 20)):
+        seq = [int(r) for r in nrng.choice(table.rows, n)] + [int(r) for r in nrng.choice(4, 6)]
+        offsets = [0, n // 3, n // 2, n]
+        grads = sprinkle(nrng, nrng.standard_normal((4, table.dim)) * 2.0 ** -3, 0.03)
+        weights = sprinkle(nrng, nrng.standard_normal(len(seq)), 0.03)
+        value = rng.randrange(2)
+        split = [(3, value | 2 * k) for k in range(4)] + [(1, 1 - value)]
+        for p in ([(1, 0), (1, 1)], split)[table is b16]:
+            descs.append(desc(table, seq, offsets, grads, weights, pass_=p,
+                              end=rng.choice(["nop", "last"])))
+    # ACC_ROWS + 1 rows all in pass (2, 3): that pass overflows.
+    many = [r for r in range(t.rows) if in_pass(r, (2, 3))][:ACC_ROWS + 1]
+    over = desc_with(nrng, t, many + many[:3], [0, 5, len(many) + 3], weighted=False,
+                     pass_=(2, 3))
+    assert over.overflow
+    descs += [over, random_desc(nrng, t, num_bags=3, weighted=True, zipf=None)]
+    for d in descs:
+        if d.end == "last" and not d.updates:
+            d.end = "nop"
+    assert all(d.updates for d in descs[:2]), "each half of the first UPDATE has rows"
+    check_run(new_dut(), model, [t, b16], descs, seed=seed, traffic=ROUGH)
 
 
 @pytest.mark.parametrize("tails", [1, 4])

@@ -50,6 +50,8 @@ HDM_MSG = "hdm_size must be a 4 KiB multiple no larger than pmem_size (107374182
     ({"update_acc_rows": 1}, "update_acc_rows must be a power of two between 2 and 4096"),
     ({"update_acc_lines": 8}, "update_acc_lines must be a power of two between engine_max_dim"),
     ({"update_acc_lines": 3 << 10}, "update_acc_lines must be a power of two between"),
+    ({"update_max_passes": 3}, "update_max_passes must be a power of two between 1 and 65536"),
+    ({"update_max_passes": 0}, "update_max_passes must be a power of two between 1 and 65536"),
     ({"ckpt_filter_rows": 3}, "ckpt_filter_rows must be a power of two between 2 and 4096"),
     ({"ckpt_fifo_lines": 1}, "ckpt_fifo_lines must be between 2 and 4096, not 1"),
     ({"mlp_relax_k": -1}, "mlp_relax_k must be between 0 and 65535, not -1"),
@@ -102,7 +104,7 @@ def test_derived_values():
         "ckpt_filter_rows",
         "ckpt_fifo_lines", "mlp_relax_k", "page_bytes", "dcoh_cqids", "cache_cqids",
         "cache_write_cqids", "engine_sequencers", "meta_state", "seq_replay_lines",
-        "row_store_lines"]
+        "row_store_lines", "update_max_passes"]
     assert config.dcoh_pages == 16
     assert config.log_slot_lines == 5
     assert config.pmem_id_width == 7

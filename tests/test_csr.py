@@ -297,6 +297,7 @@ def test_contract_offsets_and_ports():
         "ENG_UPD_OVERLAPS_LO": 0x4B0, "ENG_PMEM_RD_LINES_LO": 0x4B8,
         "ENG_PMEM_WR_LINES_LO": 0x4C0, "ENG_PMEM_WR_LINES_HI": 0x4C4,
         "ENG_UPD_DISTINCT_ROWS_LO": 0x4C8, "ENG_UPD_STORE_LINES_LO": 0x4D0,
+        "ENG_UPD_PASSES_LO": 0x4D8,
         "ENG_PMEM_RD_LOOKUP_LO": 0x440,
         "ENG_PMEM_RD_UPDATE_LO": 0x448, "ENG_PMEM_RD_CKPT_LO": 0x450,
         "ENG_PMEM_RD_OTHER_LO": 0x458, "ENG_PMEM_WR_UPDATE_LO": 0x460,
@@ -337,7 +338,7 @@ def test_contract_offsets_and_ports():
         "eng_upd_items_inc": ("in", 1), "eng_busy_inc": ("in", 1),
         "eng_upd_overlaps_inc": ("in", 1), "eng_pmem_rd_lines_inc": ("in", 1),
         "eng_pmem_wr_lines_inc": ("in", 1), "eng_upd_distinct_rows_inc": ("in", 32),
-        "eng_upd_store_lines_inc": ("in", 1),
+        "eng_upd_store_lines_inc": ("in", 1), "eng_upd_passes_inc": ("in", 1),
         **{f"eng_pmem_{k}_inc": ("in", 1) for k in (
             "rd_lookup", "rd_update", "rd_ckpt", "rd_other", "wr_update", "wr_ckpt",
             "wr_other")},
@@ -541,7 +542,7 @@ def test_register_field_values_and_pack():
 def test_unmapped_and_misaligned_give_slverr(rng, preset):
     tb = TB(rng, preset)
     top = (1 << tb.config.csr_addr_width) - 4
-    unmapped = [0x008, 0x03C, 0x0FC, 0x110, 0x184, 0x210, 0x304, 0x340, 0x40C, 0x4D8,
+    unmapped = [0x008, 0x03C, 0x0FC, 0x110, 0x184, 0x210, 0x304, 0x340, 0x40C, 0x4E0,
                 0x528, 0x5A0, 0x614, 0x6A8, 0x700, top]
     misaligned = [tb.map.offset("HDM_BASE_LO") + 1, tb.map.offset("HDM_BASE_LO") + 2,
                   tb.map.offset("ID") + 3, tb.map.offset("HDM_SIZE_HI") + 2]

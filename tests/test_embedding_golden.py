@@ -851,3 +851,74 @@ def test_random_bags_options(seed):
         emb.random_bags(rng, 10, 7, pooling=3, empty_fraction=0.6, long_fraction=0.6)
     idx, _ = emb.random_bags(rng, 100, 1 << 31, pooling=4, zipf_alpha=0.8)
     assert idx.min() >= 0
+
+
+# --- passes of an UPDATE larger than the accumulator --------------------------------------
+
+def test_pass_hash_is_xorshift32():
+    """Marsaglia's xorshift32 (13, 17, 5): 270369 after 1, and the documented steps on
+    random words; a bijection (no two of many words collide)."""
+    assert emb.pass_hash(1) == 270369
+    rng = random.Random(5)
+    words = rng.sample(range(1 << 32), 20000)
+    for x in words[:200]:
+        y = x ^ (x << 13) % (1 << 32)
+        y ^= y >> 17
+        assert emb.pass_hash(x) == y ^ (y << 5) % (1 << 32)
+    assert len({emb.pass_hash(x) for x in words}) == len(words)
+
+
+@pytest.mark.parametrize("acc, glines, n, want", [
+    ((256, 1024), 1, 256, 1), ((256, 1024), 1, 257, 2), ((256, 1024), 4, 257, 2),
+    ((256, 1024), 8, 129, 2), ((4096, 16384), 16, 1024, 1), ((4096, 16384), 16, 1025, 2),
+    ((256, 1024), 1, 0, 1)])
+def test_passes_needed(acc, glines, n, want):
+    assert emb.passes_needed(n, glines, acc) == want
+
+
+#: Rows whose pass hash ends in three zero bits.
+CROWD = [r for r in range(1 << 14) if emb.pass_hash(r) & 7 == 0]
+
+
+def test_update_passes_cover_each_row_once(seed):
+    """The passes that did not overflow hold every distinct row exactly once, each fits
+    the accumulator, the overflowed ones do not fit, the first level is
+    ceil(log2 passes_needed) and an overflowed pass is followed by its first half."""
+    rng = random.Random(seed)
+    acc = (8, 32)
+    overflows = 0
+    for _ in range(200):
+        glines = rng.choice([1, 2, 4])
+        rows = rng.sample(range(1 << 20), rng.randint(1, 60))
+        if rng.random() < 0.4:      # all in the first pass of each of levels 0 to 3
+            rows = CROWD[:rng.randint(9, 60)]
+        counted = [rng.choice(rows) for _ in range(rng.randrange(len(rows)))] + rows
+        rng.shuffle(counted)
+        n = len(counted)
+        sched = emb.update_passes(counted, n, glines, acc)
+        level0 = (emb.passes_needed(n, glines, acc) - 1).bit_length()
+        assert [p[:2] for p in sched if p[0] == level0] == [(level0, v)
+                                                              for v in range(1 << level0)]
+        seen = []
+        for k, (level, value, over) in enumerate(sched):
+            mine = {r for r in rows if emb.pass_hash(r) & ((1 << level) - 1) == value}
+            assert over == (len(mine) > acc[0] or len(mine) * glines > acc[1])
+            if over:
+                overflows += 1
+                assert sched[k + 1][:2] == (level + 1, value)
+            else:
+                seen += mine
+        assert sorted(seen) == sorted(set(rows))
+    assert overflows > 10
+
+
+def test_validate_update_passes():
+    """An UPDATE past the accumulator is OK up to max_passes passes, UNSUPPORTED past."""
+    n = 4 * 256 + 1
+    fields = lookup(kind=DescKind.UPDATE.value, num_indices=n, dim=16, num_bags=1)
+    kw = {"indices": np.zeros(n, np.int32), "offsets": np.array([0], np.int32),
+          "pmem_size": PMEM, "update_acc": (256, 1024)}
+    assert emb.validate(fields, **kw) is Status.UNSUPPORTED
+    assert emb.validate(fields, **kw, max_passes=4) is Status.UNSUPPORTED
+    assert emb.validate(fields, **kw, max_passes=8) is Status.OK
+    assert emb.validate(dict(fields, num_indices=n - 1), **kw, max_passes=4) is Status.OK

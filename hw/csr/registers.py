@@ -528,8 +528,9 @@ _PARAM_DOCS: Mapping[str, str] = {
     "reduce_partials": "Partial sums per bag (P of the accumulation-order contract).",
     "gather_rob_lines": "Table lines the gather keeps in flight.",
     "engine_max_dim": "Largest embedding dim the engine takes.",
-    "update_acc_rows": "Indices (and distinct rows) one UPDATE may have.",
+    "update_acc_rows": "Indices (and distinct rows) one pass of an UPDATE holds.",
     "update_acc_lines": "fp32 sum lines of the UPDATE accumulator (indices x gradient lines).",
+    "update_max_passes": "Passes over the accumulator one UPDATE may need by its size.",
     "ckpt_filter_rows": "Entries of the undo logger's duplicate-row filter.",
     "ckpt_fifo_lines": "Undo lines the logger buffers.",
     "mlp_relax_k": "Reset value of CK_MLP_K.",
@@ -749,6 +750,11 @@ def _engine_registers() -> Iterable[Register]:
         doc="Table lines UPDATEs read from the row store instead of device memory "
             "(docs/embedding.md, \"Row store\"); with ENG_PMEM_RD_UPDATE's row lines they "
             "make every distinct row's lines.")
+    yield Register(
+        "ENG_UPD_PASSES", 0x4D8, Kind.COUNTER64, clear_by="PERF_CTRL",
+        doc="Passes UPDATEs took over the accumulator: one per UPDATE that fits it, more "
+            "for a larger one, overflowed passes included (docs/embedding.md, "
+            "\"Passes\").")
     # ENG_PMEM_{RD,WR}_LINES split by the engine manager that moved the line
     # (docs/embedding.md, "Counters"): the kinds sum to the totals.
     for offset, name, doc in (

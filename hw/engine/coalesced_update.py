@@ -18,6 +18,7 @@ from hw.bus.axi import AXI4Signature, AxiBurst
 from hw.widths import check_int, check_pow2
 
 from .update_layouts import DONE, ITEM, LINE_BITS, LINE_ELEMS, ctrl_layout, items_per_row
+from .update_passes import LEVEL_BITS, in_pass
 
 __all__ = ["DONE", "ITEM", "CoalescedUpdate", "bucket_hash", "ctrl_layout"]
 
@@ -76,6 +77,11 @@ class CoalescedUpdate(wiring.Component):
     item ``2j + h`` belongs to half ``h`` of table line ``j``. A ``last`` item ends the
     descriptor (with ``nop`` it updates nothing); a ``nop`` item without ``last`` is
     ignored.
+
+    **Passes.** An item whose row is not in the pass ``(pass_level, pass_value)``
+    (:func:`~.update_passes.in_pass`, sampled with the item; level 0 holds every row) is
+    ignored like a ``nop``: a pass of a multi-pass UPDATE (:class:`~.update_passes.
+    UpdatePasses`) sums, reads, writes and counts only its own rows.
 
     **Accumulation.** Items pass a staging register. A line-0 item's row is looked up
     in a hash table of ``acc_rows`` buckets of two slots each, both read at once (home
@@ -175,6 +181,8 @@ class CoalescedUpdate(wiring.Component):
     -------
     i_ctrl : ``In(ctrl_layout(addr_width))``
         Sampled with every ``i_items`` transfer (apply uses the copy taken with ``last``).
+    pass_level : ``In(LEVEL_BITS)``; pass_value : ``In(32)``
+        The pass whose rows the items update, sampled with every ``i_items`` transfer.
     i_items : ``In(stream.Signature(ITEM))``
     pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
     o_done : ``Out(stream.Signature(DONE))``
@@ -202,6 +210,8 @@ class CoalescedUpdate(wiring.Component):
         self._tails = check_int("tails", tails, 1, 16)
         super().__init__({
             "i_ctrl": In(ctrl_layout(addr_width)),
+            "pass_level": In(LEVEL_BITS),
+            "pass_value": In(32),
             "i_items": In(stream.Signature(ITEM)),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
@@ -273,8 +283,10 @@ class CoalescedUpdate(wiring.Component):
         drop = Signal()                             # ... dropped (overflow)
         probe = Signal(entry_bits)                  # the bucket being read
         bad = Signal()                              # an item came ``bad``: write nothing
+        skip = Signal()                             # the staged item's row is not in the pass
         with m.If(take):
-            m.d.sync += [ctrl.eq(self.i_ctrl), item.eq(items.p)]
+            m.d.sync += [ctrl.eq(self.i_ctrl), item.eq(items.p),
+                         skip.eq(~in_pass(items.p.row, self.pass_level, self.pass_value))]
             with m.If(items.p.bad):
                 m.d.sync += bad.eq(1)
 
@@ -421,7 +433,7 @@ class CoalescedUpdate(wiring.Component):
                     m.next = "DRAIN"
 
                 counted = ~item.nop & (item.line == 0)
-                with m.If(staged & item.nop):
+                with m.If(staged & (item.nop | skip)):
                     m.d.comb += retire.eq(1)
                 with m.Elif(staged & ~counted):
                     m.d.comb += [issue_base.eq(base), issue_fresh.eq(fresh),

@@ -15,6 +15,7 @@ from .ckpt_control import dispatch_signature
 from .completion import INFO
 from .desc_fetch import FETCHED
 from .descriptor import MAX_DIM, DescKind, Descriptor, Status
+from .update_passes import passes_needed
 
 __all__ = ["Dispatcher"]
 
@@ -29,9 +30,12 @@ class Dispatcher(wiring.Component):
     **Checks.** A descriptor whose ring line could not be read (``error``: it arrives
     as a NOP) completes with READ_ERROR; then an unknown ``kind`` (BAD_KIND); then the
     checkpoint checks of ``ckpt`` (:class:`~.ckpt_control.CheckpointControl`); then a
-    LOOKUP or UPDATE with ``dim`` above ``max_dim``, or an UPDATE beyond the accumulator
-    ``update_acc`` (UNSUPPORTED). A LOOKUP or UPDATE that passes *executes*: it goes
-    out on ``o_exec``; every other descriptor completes without the sequencers.
+    LOOKUP or UPDATE with ``dim`` above ``max_dim``, or an UPDATE that would need more
+    than ``max_passes`` passes over the accumulator ``update_acc``
+    (:func:`~.update_passes.passes_needed`; UNSUPPORTED). A LOOKUP or UPDATE that
+    passes *executes*: it goes out on ``o_exec`` (an UPDATE larger than the
+    accumulator, to :class:`~.update_passes.UpdatePasses`); every other descriptor
+    completes without the sequencers.
 
     **Order.** The head descriptor is dispatched (taken from ``i_desc``, its ``INFO``
     written into the completion queue and, if it executes, handed over on ``o_exec``)
@@ -55,9 +59,12 @@ class Dispatcher(wiring.Component):
     max_dim : int
         Largest ``dim`` executed, 1..MAX_DIM.
     update_acc : (int, int) or None
-        The UPDATE accumulator's rows and lines: an UPDATE may have at most ``rows``
-        indices and at most ``lines`` indices times gradient lines per row (``dim / 16``
-        rounded up; bf16 twice ``dim / 32`` rounded up); None: no limit.
+        The UPDATE accumulator's rows and lines (powers of two): an UPDATE may have at
+        most ``max_passes * rows`` indices and at most ``max_passes * lines`` indices
+        times gradient lines per row (``dim / 16`` rounded up; bf16 twice ``dim / 32``
+        rounded up); None: no limit.
+    max_passes : int
+        Passes over the accumulator an UPDATE may take (1: none beyond the first).
     queue : int
         Depth of the completion queue (descriptors dispatched and not yet taken by the
         completion), at least 2.
@@ -80,7 +87,7 @@ class Dispatcher(wiring.Component):
     """
 
     def __init__(self, *, max_dim: int, queue: int,
-                 update_acc: tuple[int, int] | None = None):
+                 update_acc: tuple[int, int] | None = None, max_passes: int = 1):
         if not 1 <= max_dim <= MAX_DIM:
             raise ValueError(f"max_dim must be in 1..{MAX_DIM}, not {max_dim}")
         if queue < 2:
@@ -89,6 +96,7 @@ class Dispatcher(wiring.Component):
             raise ValueError(f"update_acc must be positive, not {update_acc}")
         self._max_dim = max_dim
         self._update_acc = update_acc
+        self._max_passes = max_passes
         self._queue = queue
         super().__init__({
             "i_desc": In(stream.Signature(FETCHED)),
@@ -128,10 +136,8 @@ class Dispatcher(wiring.Component):
         with m.Elif((d.dim > self._max_dim) & (is_lookup | is_update)):
             m.d.comb += pre.eq(Status.UNSUPPORTED)
         if self._update_acc is not None:
-            rows, lines = self._update_acc
-            # Gradient lines per row: an fp32 row's lines, twice a bf16 row's.
-            glines = Mux(d.bf16, ((d.dim + 31) >> 5) << 1, (d.dim + 15) >> 4)
-            with m.Elif(is_update & ((d.num_indices > rows) | (d.num_indices * glines > lines))):
+            need = passes_needed(d, *self._update_acc)
+            with m.Elif(is_update & (need > self._max_passes)):
                 m.d.comb += pre.eq(Status.UNSUPPORTED)
         executes = (is_lookup | is_update) & (pre == Status.OK)
 

@@ -29,6 +29,7 @@ from .row_fork import RowFork
 from .row_gather import RowGather
 from .row_store import RowStore, StoreReader
 from .sequencer_pool import SequencerPool
+from .update_passes import UpdatePasses
 
 __all__ = ["Engine"]
 
@@ -161,10 +162,14 @@ class Engine(wiring.Component):
         An R (W) beat taken (given) on the PMEM arbiter's port of a manager of that kind
         (``PMEM_KINDS``): each R / W beat of ``pmem`` is counted in exactly one of them.
     ev_upd_rows : ``Out(32)``
-        ``rows_written`` of an UPDATE's result as the scatter hands it to the completion
-        (the record's ``rows_written``: distinct rows written), else 0.
+        ``rows_written`` of an UPDATE's (or a pass's) result as the scatter reports it
+        (summed over an UPDATE's passes, the record's ``rows_written``: distinct rows
+        written), else 0.
     ev_upd_store_line : ``Out(1)``
         A table line the scatter read came from the row store instead of PMEM.
+    ev_upd_pass : ``Out(1)``
+        An UPDATE, or a pass of a multi-pass UPDATE, goes to the sequencers
+        (:class:`~.update_passes.UpdatePasses`).
     store_flush, ext_write : ``In(1)``
         For the row store (``row_store_lines``; ``docs/embedding.md``, "Row store"):
         ``store_flush`` empties it (the device raises it for every request the host
@@ -220,6 +225,7 @@ class Engine(wiring.Component):
             **{f"ev_pmem_{d}_{kind}": Out(1) for d, kind in PMEM_KIND_COUNTERS},
             "ev_upd_rows": Out(32),
             "ev_upd_store_line": Out(1),
+            "ev_upd_pass": Out(1),
             "store_flush": In(1),
             "ext_write": In(1),
             # checkpoint (docs/checkpoint.md)
@@ -266,7 +272,11 @@ class Engine(wiring.Component):
         m.submodules.fetch = fetch = DescFetch(addr_width=aw, id_width=id_width)
         m.submodules.dispatch = dispatch = Dispatcher(
             max_dim=cfg.engine_max_dim, queue=_QUEUE,
-            update_acc=(cfg.update_acc_rows, cfg.update_acc_lines))
+            update_acc=(cfg.update_acc_rows, cfg.update_acc_lines),
+            max_passes=cfg.update_max_passes)
+        m.submodules.passes = passes = UpdatePasses(
+            acc_rows=cfg.update_acc_rows, acc_lines=cfg.update_acc_lines,
+            max_passes=cfg.update_max_passes)
         m.submodules.sequencers = seqs = SequencerPool(
             addr_width=aw, id_width=id_width, sequencers=cfg.engine_sequencers,
             replay_lines=cfg.seq_replay_lines, updates=self.UPDATE_TAILS + 2)
@@ -351,10 +361,14 @@ class Engine(wiring.Component):
         # --- descriptors: fetch, dispatch, sequencers, completion in ring order
         wiring.connect(m, fetch.o_desc, dispatch.i_desc)
         wiring.connect(m, dispatch.ckpt, ckpt.dispatch)
-        wiring.connect(m, dispatch.o_exec, seqs.i_desc)
+        # (an UPDATE larger than the accumulator runs as passes: UpdatePasses sends it
+        # to the sequencers once per pass and merges the passes' statuses and reports)
+        wiring.connect(m, dispatch.o_exec, passes.i_exec)
+        wiring.connect(m, passes.o_exec, seqs.i_desc)
         wiring.connect(m, dispatch.o_info, comp.i_info)
         wiring.connect(m, seqs.o_status, status_q.w_stream)
-        wiring.connect(m, status_q.r_stream, comp.i_status)
+        wiring.connect(m, status_q.r_stream, passes.i_status)
+        wiring.connect(m, passes.o_status, comp.i_status)
         done = comp.complete
         # Undo records of earlier LOOKUPs durable: nothing in the gather's undo FIFO,
         # nothing in the logger.
@@ -371,6 +385,10 @@ class Engine(wiring.Component):
                                  & grad.o_items.payload.last),
             seqs.i_update_done.eq(scatter.o_done.valid & scatter.o_done.ready),
             seqs.scratch_host.eq(self.scratch_host),
+            passes.quiet.eq(~dispatch.outstanding.any()),
+            scatter.pass_level.eq(passes.pass_level),
+            scatter.pass_value.eq(passes.pass_value),
+            self.ev_upd_pass.eq(passes.ev_pass),
             comp.cq_base.eq(self.cq_base),
             comp.ring_order.eq(self.ring_order),
             comp.cq_host.eq(self.cq_host),
@@ -414,7 +432,8 @@ class Engine(wiring.Component):
         wiring.connect(m, pool.o_pooled, comp.i_pooled)
         self._control_update(m, seqs, fork, grad=grad, scatter=scatter)
         wiring.connect(m, grad.o_items, scatter.i_items)
-        wiring.connect(m, scatter.o_done, comp.i_done)
+        wiring.connect(m, scatter.o_done, passes.i_done)
+        wiring.connect(m, passes.o_done, comp.i_done)
 
         self._report_status(m, fetch=fetch, dispatch=dispatch, comp=comp, gather=gather,
                             scatter=scatter, grad=grad, seqs=seqs)
