@@ -49,6 +49,20 @@ from tb.groups import group
 NOISE = {"noise": [False, True]}
 
 
+async def _scratch_bench(dut, name: str, *, noise):
+    """A started bench with the descriptors' buffers and the ring in GPU memory (a
+    64 KiB scratch window at GPU offset 0x10000), device-bias checks off (HDM-H use),
+    written back tables: ``(bench, rng, scratch, driver, tables)``."""
+    bench = CohBench(dut, name, noise=noise)
+    await bench.start(0)
+    bench.checker.hdm_d = False
+    rng = np.random.default_rng(bench.tb.rng.getrandbits(64))
+    scratch = HostScratch(bench.gpu, base=gpu_addr(bench.cfg, 0x10000), size=1 << 16)
+    drv, tables, _, _ = await _layout(bench, rng, write_back=True, scratch=scratch,
+                                      ring_host=True)
+    return bench, rng, scratch, drv, tables
+
+
 async def _layout(bench: CohBench, rng: np.random.Generator, *, cq_host: int | None = None,
                   tables: int = 2, write_back: bool = False, **kw):
     """Driver and tables: page 0 ring and CQ, table pages, buffer pages, and two scratch
@@ -588,15 +602,8 @@ async def test_row_store(dut):
     distinct entries of the store (its documented hash)."""
     from hw.engine.row_store import store_index
 
-    bench = CohBench(dut, "row_store", noise=False)
-    cfg = bench.cfg
-    await bench.start(0)
-    bench.checker.hdm_d = False
-    tb = bench.tb
-    rng = np.random.default_rng(tb.rng.getrandbits(64))
-    scratch = HostScratch(bench.gpu, base=gpu_addr(cfg, 0x10000), size=1 << 16)
-    drv, tables, _, _ = await _layout(bench, rng, write_back=True, scratch=scratch,
-                                      ring_host=True)
+    bench, rng, scratch, drv, tables = await _scratch_bench(dut, "row_store", noise=False)
+    cfg, tb = bench.cfg, bench.tb
     t = tables[0]
     lpr = emb.lines_per_row(t.dim, t.data.dtype)
     stride = lpr * LINE_BYTES
@@ -681,15 +688,9 @@ async def test_scratch_read_errors(dut, noise):
     but status and seq zero), ENG_ERR latches its status and seq,
     COH_CACHE_ERR.READ_ERROR is set; the good descriptors around it complete as the
     golden model says, so the engine stays usable."""
-    bench = CohBench(dut, "scratch_errors", noise=noise)
-    cfg = bench.cfg
-    await bench.start(0)
-    bench.checker.hdm_d = False
-    tb = bench.tb
-    rng = np.random.default_rng(tb.rng.getrandbits(64))
-    scratch = HostScratch(bench.gpu, base=gpu_addr(cfg, 0x10000), size=1 << 16)
-    drv, tables, _, _ = await _layout(bench, rng, write_back=True, scratch=scratch,
-                                      ring_host=True)
+    bench, rng, scratch, drv, tables = await _scratch_bench(dut, "scratch_errors",
+                                                            noise=noise)
+    cfg, tb = bench.cfg, bench.tb
     home = bench.gpu.home
     failing: dict = {}              # host line -> (first bad read, fault)
     seen: dict[int, int] = {}       # host line -> reads so far
