@@ -546,16 +546,35 @@ def passes_needed(num_indices: int, glines: int, acc: tuple[int, int]) -> int:
 def update_passes(counted_rows: IntArray, num_indices: int, glines: int,
                   acc: tuple[int, int]) -> list[tuple[int, int, bool]]:
     """The passes ``(level, value, overflowed)`` an UPDATE runs, in order: its counted
-    rows ``counted_rows`` (any order; duplicates allowed), ``num_indices`` and
-    ``glines`` as in :func:`passes_needed`. Pass ``(L, v)`` holds the rows whose
-    :func:`pass_hash` has ``v`` in its low ``L`` bits and overflows when they are more
-    than the accumulator's rows, or their lines more than its lines; an overflowed pass
-    is replaced by its halves ``(L + 1, v)``, ``(L + 1, v + 2**L)``, depth first. The
-    first passes are level ``ceil(log2 passes_needed)``."""
+    rows ``counted_rows`` in index order (padding indices left out), ``num_indices`` and
+    ``glines`` as in :func:`passes_needed` (an UPDATE that needs one pass by its size
+    runs as one, ``(0, 0)``). Pass ``(L, v)`` holds the rows whose :func:`pass_hash`
+    has ``v`` in its low ``L`` bits and overflows when they are more than the
+    accumulator's rows, or their lines more than its lines. The first pass is
+    ``(0, 0)``, every row; if it overflows, with ``k`` the counted indices before the
+    first one whose row no longer fitted (rows taken in index order) and ``u`` all of
+    them, the passes of level ``L0`` follow, the smallest ``L0 >= 1`` with
+    ``k * 2**L0 >= u``, in turn; a later pass that overflows is replaced by its halves
+    ``(L + 1, v)``, ``(L + 1, v + 2**L)``, depth first."""
     rows, lines = acc
-    level0 = (passes_needed(num_indices, glines, acc) - 1).bit_length()
-    hashes = [pass_hash(int(r)) for r in set(int(r) for r in counted_rows)]
-    out: list[tuple[int, int, bool]] = []
+    counted = [int(r) for r in counted_rows]
+    if passes_needed(num_indices, glines, acc) == 1:
+        return [(0, 0, False)]
+    fitted: set[int] = set()
+    k = None
+    for i, r in enumerate(counted):
+        if r not in fitted:
+            if len(fitted) + 1 > rows or (len(fitted) + 1) * glines > lines:
+                k = i
+                break
+            fitted.add(r)
+    if k is None:
+        return [(0, 0, False)]
+    level0 = 1
+    while k << level0 < len(counted):
+        level0 += 1
+    hashes = [pass_hash(r) for r in set(counted)]
+    out: list[tuple[int, int, bool]] = [(0, 0, True)]
     stack = [(level0, v) for v in reversed(range(1 << level0))]
     while stack:
         level, value = stack.pop()

@@ -131,11 +131,13 @@ async def bench_gather(dut):
 @cocotb.test()
 async def bench_update(dut):
     """UPDATE coalescing: one UPDATE of ``batch`` bags of exactly ``pooling`` rows with
-    Zipf(``zipf``) indices over ``rows`` rows (dim ``dim`` fp32). Saving = 1 - row
+    Zipf(``zipf``) indices (uniform without ``zipf``) over ``rows`` rows (dim ``dim``
+    fp32). Saving = 1 - row
     writes to PMEM / counted row updates, as the completion record reports them."""
     p = env.params()
     pooling, batch = int(p.get("pooling", 20)), int(p.get("batch", 128))
-    dim, rows, alpha = int(p.get("dim", 64)), int(p.get("rows", 20000)), float(p["zipf"])
+    dim, rows = int(p.get("dim", 64)), int(p.get("rows", 20000))
+    alpha = None if p.get("zipf") is None else float(p["zipf"])     # None: uniform
     tb, drv, rng, table = await _started(dut, "bench_update", rows, dim)
     bags = _fixed_bags(rng, batch, pooling, rows, alpha)
     grads = (rng.standard_normal((batch, dim)) * 0.01).astype(np.float32)

@@ -192,12 +192,14 @@ async def test_update_random(dut, idle, backpressure):
 @cocotb.test()
 async def test_update_passes(dut):
     """UPDATEs larger than the accumulator run in passes (``docs/embedding.md``,
-    "Passes"): one of one index more than the accumulator holds, over random rows and
-    weighted (two passes); one of as many distinct rows, all in the first half of level
-    1 (that pass overflows and is replaced by its two halves); one that fits (one
-    pass). Tables bit for bit and the records' ``rows_written`` / ``updates`` (the
-    driver's checks), ENG_UPD_PASSES the passes of the golden schedule
-    (``sim.embedding.update_passes``) and ENG_UPD_DISTINCT_ROWS the distinct rows."""
+    "Passes"), each of one index more than the accumulator holds: of as many distinct
+    random rows, weighted (the first pass, of every row, overflows; two passes of level
+    1 follow); of as many distinct rows all in the first half of level 1 (that pass
+    overflows too and is replaced by its two halves); of a few rows repeated (they fit
+    the first pass). Then an UPDATE that fits by its size. Tables bit for bit and the
+    records' ``rows_written`` / ``updates`` (the driver's checks), ENG_UPD_PASSES the
+    passes of the golden schedule (``sim.embedding.update_passes``) and
+    ENG_UPD_DISTINCT_ROWS the distinct rows."""
     tb, drv, rng = await _start(dut, "update_passes", idle=True, backpressure=True)
     await tb.csr.write("PERF_CTRL", 1)
     cfg = tb.config
@@ -208,8 +210,8 @@ async def test_update_passes(dut):
     half = [r for r in range(4 * limit) if emb.pass_hash(r) & 1 == 0][:limit + 1]
     table = await drv.add_table(rng=rng, data=random_table(rng, half[-1] + 1, dim, FP32))
     passes = distinct = 0
-    overflowed = False
-    for k, rows in enumerate((rng.integers(0, table.rows, limit + 1), np.array(half),
+    for k, rows in enumerate((rng.permutation(table.rows)[:limit + 1], np.array(half),
+                              rng.integers(0, limit // 2, limit + 1),
                               rng.integers(0, table.rows, limit // 2))):
         idx = rng.permutation(rows).astype(np.int32)
         n = len(idx)
@@ -222,8 +224,11 @@ async def test_update_passes(dut):
         tb.log.info("UPDATE of %d indices: passes %s", n, schedule)
         passes += len(schedule)
         distinct += exp.rows_written
-        overflowed |= any(over for *_, over in schedule)
-    assert overflowed, "no pass overflowed"
+        kinds = {"first": schedule[0][2], "split": any(over and level
+                                                       for level, _, over in schedule)}
+        assert kinds == [{"first": True, "split": False}, {"first": True, "split": True},
+                         {"first": False, "split": False},
+                         {"first": False, "split": False}][k], (k, schedule)
     await drv.run()
     got = (await tb.csr.read64("ENG_UPD_PASSES"), await tb.csr.read64("ENG_UPD_DISTINCT_ROWS"))
     assert got == (passes, distinct), f"ENG_UPD_PASSES, ENG_UPD_DISTINCT_ROWS {got}, " \

@@ -21,16 +21,17 @@ so reorders the responses of different IDs); items idle, AR / AW / W ready, R / 
 replays it).
 
 Besides the image: ``o_done`` (``rows_written`` = distinct rows, ``updates`` = counted
-indices, ``overflow``), completion only after every B of the descriptor, each line of
-each distinct row read once and written once per descriptor (every AR / AW line is
-charged to a descriptor in progress that owes it) and nothing else touched, 64-byte
-INCR bursts that stay inside 4 KiB, the stream rule on AR, AW, W and ``o_done``, and
-quiet ports after the last ``o_done``. Directed tests: long runs of one row and of a
-few alternating rows (hazards in the accumulation), signed zeros, overflow
-(``acc_rows + 1`` distinct rows: nothing written, then ``acc_rows`` distinct rows
-applied), descriptors of only a ``nop`` + ``last`` item or of one real item, read
+indices, ``overflow`` and ``overflow_at``), completion only after every B of the
+descriptor, each line of each distinct row read once and written once per descriptor
+(every AR / AW line is charged to a descriptor in progress that owes it) and nothing
+else touched, 64-byte INCR bursts that stay inside 4 KiB, the stream rule on AR, AW, W
+and ``o_done``, and quiet ports after the last ``o_done``. Directed tests: long runs of
+one row and of a few alternating rows (hazards in the accumulation), signed zeros,
+overflow (``acc_rows + 1`` distinct rows: nothing written, then ``acc_rows`` distinct
+rows applied), descriptors of only a ``nop`` + ``last`` item or of one real item, read
 errors (one item ``bad``, anywhere: nothing written, ``read_error``, then the same rows
-applied normally); a backpressure-free run prints the cycles per gradient line.
+applied normally), the passes of a multi-pass UPDATE (each only its own rows); a
+backpressure-free run prints the cycles per gradient line.
 
 The simulator of a block is built once and reset between tests (:func:`simulate_dut`):
 compiling the design costs about as much as a run.
@@ -186,6 +187,7 @@ class Desc:
     updates: int = 0
     distinct: int = 0
     overflow: bool = False
+    overflow_at: int = 0        # counted indices before the first row that did not fit
     rows: list[int] = field(default_factory=list)   # distinct counted rows
     bad_at: int | None = None   # the item (index into its items) that comes ``bad``
     bad_nop: bool = False       # ... rather an ignored ``nop`` item inserted before it
@@ -272,9 +274,12 @@ def desc(table: Table, indices, offsets, grads, weights=None, *, acc_rows: int =
     offsets = np.asarray(offsets, np.int32)
     counted = [r for bag in bags(indices, offsets) for r in bag if in_pass(r, pass_)]
     rows = list(dict.fromkeys(counted))
+    overflow_at = 0
+    if len(rows) > acc_rows:        # the index naming row acc_rows + 1 first
+        overflow_at = counted.index(rows[acc_rows])
     d = Desc(table, indices, offsets, weights, grads, end=end, nop_fraction=nop_fraction,
              updates=len(counted), distinct=len(rows), overflow=len(rows) > acc_rows,
-             rows=rows, bad_at=bad_at, pass_=pass_)
+             overflow_at=overflow_at, rows=rows, bad_at=bad_at, pass_=pass_)
     if d.writes:
         new = update(table.want, indices, offsets, grads, weights=weights,
                      rounding="nearest")
@@ -582,7 +587,8 @@ def check_done(descs: list[Desc], obs: Observed) -> list[str]:
     errors = []
     for n, (d, done) in enumerate(zip(descs, obs.dones, strict=True)):
         want = {"rows_written": d.distinct if d.writes else 0, "updates": d.updates,
-                "overflow": int(d.overflow), "read_error": int(d.read_error)}
+                "overflow": int(d.overflow), "read_error": int(d.read_error),
+                "overflow_at": d.overflow_at}
         got = {k: done.get(k) for k in want}
         if got != want:
             errors.append(f"descriptor {n}: o_done {got}, want {want}")
@@ -673,7 +679,7 @@ def test_rejects_bad_parameters(kwargs):
 
 def test_layouts():
     assert {n: m.width for n, m in DONE} == {"rows_written": 32, "updates": 32, "overflow": 1,
-                                            "read_error": 1}
+                                            "read_error": 1, "overflow_at": 32}
     assert {n: m.width for n, m in ITEM} == {"row": 32, "line": 7, "weight": 32, "grad": 512,
                                             "last": 1, "nop": 1, "bad": 1}
     assert [n for n, _ in ctrl_layout(ADDR_WIDTH)] == [
@@ -970,7 +976,7 @@ def test_nop_only_and_single_item_descriptors(seed):
     obs = check_run(new_dut(), model, [t, u], descs, seed=seed, traffic=ROUGH)
     for n in (0, 2, 4):
         assert obs.dones[n] == {"rows_written": 0, "updates": 0, "overflow": 0,
-                                "read_error": 0}
+                                "read_error": 0, "overflow_at": 0}
 
 
 # --- read errors -----------------------------------------------------------------------

@@ -881,13 +881,16 @@ CROWD = [r for r in range(1 << 14) if emb.pass_hash(r) & 7 == 0]
 
 
 def test_update_passes_cover_each_row_once(seed):
-    """The passes that did not overflow hold every distinct row exactly once, each fits
-    the accumulator, the overflowed ones do not fit, the first level is
-    ceil(log2 passes_needed) and an overflowed pass is followed by its first half."""
+    """An UPDATE that fits by its size runs one pass, (0, 0); a larger one first tries
+    (0, 0), and if that overflows, the passes of level L0 follow, L0 the smallest level
+    from 1 at which 2**L0 times the indices before the first row that did not fit
+    reach all of them; the passes that did not overflow hold every distinct row
+    exactly once and each fits, the overflowed ones do not fit, and an overflowed pass
+    is followed by its first half."""
     rng = random.Random(seed)
     acc = (8, 32)
-    overflows = 0
-    for _ in range(200):
+    firsts = splits = 0
+    for _ in range(300):
         glines = rng.choice([1, 2, 4])
         rows = rng.sample(range(1 << 20), rng.randint(1, 60))
         if rng.random() < 0.4:      # all in the first pass of each of levels 0 to 3
@@ -896,20 +899,31 @@ def test_update_passes_cover_each_row_once(seed):
         rng.shuffle(counted)
         n = len(counted)
         sched = emb.update_passes(counted, n, glines, acc)
-        level0 = (emb.passes_needed(n, glines, acc) - 1).bit_length()
-        assert [p[:2] for p in sched if p[0] == level0] == [(level0, v)
-                                                              for v in range(1 << level0)]
+        assert sched[0][:2] == (0, 0)
+        if emb.passes_needed(n, glines, acc) == 1:
+            assert sched == [(0, 0, False)]
+            continue
+        fit = max(k for k in range(n + 1)
+                  if len(set(counted[:k])) <= acc[0] and len(set(counted[:k])) * glines
+                  <= acc[1])
+        assert sched[0][2] == (fit < n)
+        if fit < n:
+            firsts += 1
+            level0 = sched[1][0]
+            assert fit << level0 >= n and (level0 == 1 or fit << (level0 - 1) < n)
+            assert [p[:2] for p in sched[1:] if p[0] == level0] == [
+                (level0, v) for v in range(1 << level0)]
         seen = []
         for k, (level, value, over) in enumerate(sched):
             mine = {r for r in rows if emb.pass_hash(r) & ((1 << level) - 1) == value}
             assert over == (len(mine) > acc[0] or len(mine) * glines > acc[1])
-            if over:
-                overflows += 1
+            if over and k:
+                splits += 1
                 assert sched[k + 1][:2] == (level + 1, value)
-            else:
+            elif not over:
                 seen += mine
         assert sorted(seen) == sorted(set(rows))
-    assert overflows > 10
+    assert firsts > 10 and splits > 10, (firsts, splits)
 
 
 def test_validate_update_passes():

@@ -40,8 +40,9 @@ from .payload import pack, unpack
 from .stream_rule import StreamRule
 
 ACC_ROWS, ACC_LINES, MAX_PASSES = 8, 32, 8
-#: Rows all in the first half of every level-1 pass: their UPDATEs overflow there.
-ONE_HALF = [r for r in range(1 << 12) if emb.pass_hash(r) & 1 == 0]
+#: Rows whose pass hash ends in three zero bits: all in pass (L, 0) for L <= 3, so an
+#: UPDATE of more of them than the accumulator holds overflows there too.
+CROWD = [r for r in range(1 << 14) if emb.pass_hash(r) & 7 == 0]
 
 
 def random_desc(rng: random.Random, cookie: int) -> dict:
@@ -57,7 +58,7 @@ def random_desc(rng: random.Random, cookie: int) -> dict:
     n = rng.randint(max(1, (passes - 1) * cap + 1), passes * cap)
     distinct = rng.randint(1, n)
     pool = (rng.sample(range(1 << 20), distinct) if rng.random() < 0.8
-            else rng.sample(ONE_HALF, distinct))
+            else rng.sample(CROWD, distinct))
     counted = [rng.choice(pool) for _ in range(n - rng.randrange(3))]
     return {"kind": kind.value, "dim": dim, "bf16": bf16, "num_indices": n,
             "cookie": cookie, "counted": counted, "glines": glines}
@@ -67,6 +68,18 @@ def schedule(d: dict) -> list[tuple[int, int, bool]]:
     if d["kind"] != DescKind.UPDATE.value:
         return [(0, 0, False)]
     return emb.update_passes(d["counted"], d["num_indices"], d["glines"], (ACC_ROWS, ACC_LINES))
+
+
+def overflow_at(counted: list[int], glines: int) -> int:
+    """The scatter's ``overflow_at``: counted indices before the first whose row did not
+    fit the accumulator (rows taken in order)."""
+    fitted: set[int] = set()
+    for i, r in enumerate(counted):
+        if r not in fitted:
+            if len(fitted) == ACC_ROWS or (len(fitted) + 1) * glines > ACC_LINES:
+                return i
+            fitted.add(r)
+    raise AssertionError("no overflow")
 
 
 def in_pass_model(row: int, level: int, value: int) -> bool:
@@ -106,7 +119,8 @@ def test_passes_against_the_schedule(seed, bp):
     rng = random.Random(seed)
     dut = UpdatePasses(acc_rows=ACC_ROWS, acc_lines=ACC_LINES, max_passes=MAX_PASSES)
     rules = [StreamRule("o_exec"), StreamRule("o_status"), StreamRule("o_done")]
-    stats = {"multi": 0, "overflow": 0, "late_fail": 0, "first_fail": 0, "read_error": 0}
+    stats = {"multi": 0, "overflow": 0, "split": 0, "late_fail": 0, "first_fail": 0,
+             "read_error": 0}
 
     async def bench(ctx):
         todo = deque(random_desc(rng, c) for c in range(160))
@@ -158,7 +172,8 @@ def test_passes_against_the_schedule(seed, bp):
                 rerr = d["cookie"] % 17 == 3 and k == len(d["sched"]) // 2
                 dn_payload = {"rows_written": 0 if over or rerr else len(set(mine)),
                               "updates": len(mine), "overflow": int(over),
-                              "read_error": int(rerr)}
+                              "read_error": int(rerr),
+                              "overflow_at": overflow_at(mine, d["glines"]) if over else 0}
                 ctx.set(dut.i_done.p.as_value(), pack(DONE, dn_payload))
             ctx.set(dut.i_done.valid, dn_offer is not None)
             st_ready, dn_ready = rng.random() >= bp, rng.random() >= bp
@@ -187,7 +202,8 @@ def test_passes_against_the_schedule(seed, bp):
             if offered is not None and ix_ready:
                 d = offered
                 d["sched"] = schedule(d)
-                multi = len(d["sched"]) > 1 or d["sched"][0][0] > 0
+                multi = d["kind"] == DescKind.UPDATE.value and emb.passes_needed(
+                    d["num_indices"], d["glines"], (ACC_ROWS, ACC_LINES)) > 1
                 if multi:
                     assert quiet, f"{where}: a multi-pass UPDATE taken while not quiet"
                     stats["multi"] += 1
@@ -238,6 +254,7 @@ def test_passes_against_the_schedule(seed, bp):
                     _retire(d, expect_exec)
                 elif k + 1 < len(d["sched"]):
                     stats["overflow"] += dn_payload["overflow"]
+                    stats["split"] += dn_payload["overflow"] and d["sched"][k][0] > 0
                     expect_exec.append((d, k + 1))
                 else:
                     out_done.append(d)
@@ -258,7 +275,7 @@ def test_passes_against_the_schedule(seed, bp):
                         and not r["read_error"]]
                 want = {"rows_written": sum(r["rows_written"] for r in good),
                         "updates": sum(r["updates"] for r in good),
-                        "overflow": 0,
+                        "overflow": 0, "overflow_at": 0,
                         "read_error": int(d.get("result") == "merged_error" or any(
                             r["read_error"] for r in d.get("reports", [])))}
                 if not d.get("multi_active"):
@@ -273,7 +290,7 @@ def test_passes_against_the_schedule(seed, bp):
             raise AssertionError("the bench did not finish")
         assert not todo and not taken and not out_status and not out_done
         assert ev_count == passes_sent
-        assert stats["multi"] > 10 and stats["overflow"] > 0, stats
+        assert stats["multi"] > 10 and stats["overflow"] > 0 and stats["split"] > 0, stats
         assert stats["first_fail"] and stats["late_fail"] and stats["read_error"], stats
         print(stats)
 

@@ -121,7 +121,8 @@ class CoalescedUpdate(wiring.Component):
 
     **Overflow.** A new row beyond ``acc_rows`` entries or ``acc_lines`` lines sets
     ``overflow``; its items and those of later new rows are dropped, and at ``last`` no
-    row is written (``o_done.overflow`` set, ``rows_written`` 0). The engine keeps an
+    row is written (``o_done.overflow`` set, ``rows_written`` 0, ``overflow_at`` the
+    counted indices before that row's index). The engine keeps an
     UPDATE's indices at or below ``acc_rows`` and their lines (``n`` each) at or below
     ``acc_lines`` (``docs/embedding.md``), so it never overflows there.
 
@@ -275,6 +276,7 @@ class CoalescedUpdate(wiring.Component):
         count = Signal(entry_bits + 1)              # entries allocated (distinct rows)
         updates = Signal(32)                        # counted indices
         overflow = Signal()
+        overflow_at = Signal(32)                    # counted indices before the first drop
         lines_used = Signal(acc_bits + 1)           # sum lines allocated
         row_items = Signal(8)                       # of the staged item's descriptor
         m.d.comb += row_items.eq(items_per_row(ctrl))
@@ -470,8 +472,8 @@ class CoalescedUpdate(wiring.Component):
                         with m.Else():
                             m.d.sync += [base.eq(new_base), fresh.eq(alloc),
                                          drop.eq(~hit & ~alloc), updates.eq(updates + 1)]
-                            with m.If(~hit & ~alloc):
-                                m.d.sync += overflow.eq(1)
+                            with m.If(~hit & ~alloc & ~overflow):
+                                m.d.sync += [overflow.eq(1), overflow_at.eq(updates)]
                             with m.If(alloc):
                                 m.d.comb += [
                                     acc_slot_w.eq(1),
@@ -493,6 +495,7 @@ class CoalescedUpdate(wiring.Component):
                 m.d.sync += [ap_active.eq(1), ap_half.eq(half), ap_ctrl.eq(ctrl),
                              ap_done.rows_written.eq(count), ap_done.updates.eq(updates),
                              ap_done.overflow.eq(overflow), ap_done.read_error.eq(bad),
+                             ap_done.overflow_at.eq(overflow_at), overflow_at.eq(0),
                              walk.eq(0),
                              half.eq(~half), count.eq(0), lines_used.eq(0),
                              updates.eq(0), overflow.eq(0), bad.eq(0), drop.eq(0)]

@@ -28,9 +28,10 @@ ITEM = data.StructLayout({
 
 #: Completion of one descriptor: distinct rows written, counted indices, whether the
 #: descriptor had more distinct rows than the accumulator holds, and whether an item
-#: came ``bad`` (in both cases nothing was written).
+#: came ``bad`` (in both cases nothing was written); with ``overflow``, the counted
+#: indices before the first one whose row did not fit (``overflow_at``, else 0).
 DONE = data.StructLayout({"rows_written": 32, "updates": 32, "overflow": 1,
-                          "read_error": 1})
+                          "read_error": 1, "overflow_at": 32})
 
 
 def ctrl_layout(addr_width: int) -> data.StructLayout:

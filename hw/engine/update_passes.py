@@ -67,12 +67,16 @@ class UpdatePasses(wiring.Component):
     **Passes.** Pass ``(L, v)`` holds the rows whose pass hash (:func:`pass_hash`) has
     ``v`` in its low ``L`` bits; it is the descriptor sent again on ``o_exec`` while
     ``pass_level`` = L and ``pass_value`` = v tell the scatter to skip the other rows'
-    items. The first passes are ``(L0, 0) .. (L0, 2**L0 - 1)``, ``L0 = ceil(log2 P)``,
-    in depth-first order: a pass whose rows overflowed the accumulator (its report has
-    ``overflow``; it wrote nothing) is replaced by its two halves ``(L + 1, v)`` and
-    ``(L + 1, v + 2**L)``, the first run next. The hash is a bijection, so a pass of
-    level 32 holds at most one row and never overflows: every UPDATE ends. A pass is
-    sent once the one before has been reported.
+    items. The first pass is ``(0, 0)``, every row: the index count overstates the
+    distinct rows when rows repeat, and they may fit. If it overflows (its report has
+    ``overflow``; it wrote nothing), its report tells after how many of its ``u``
+    counted indices (``overflow_at`` = ``k``) the rows stopped fitting, and the passes
+    ``(L0, 0) .. (L0, 2**L0 - 1)`` follow, ``L0`` the smallest level from 1 with
+    ``k * 2**L0 >= u``. Passes run in depth-first order: a later pass whose rows
+    overflowed is replaced by its two halves ``(L + 1, v)`` and ``(L + 1, v + 2**L)``,
+    the first run next. The hash is a bijection, so a pass of level 32 holds at most
+    one row and never overflows: every UPDATE ends. A pass is sent once the one before
+    has been reported.
 
     **Merging.** The first pass's status goes to the completion as it comes: a failed
     check (not OK) completes the UPDATE, with no further pass. The later passes'
@@ -130,9 +134,6 @@ class UpdatePasses(wiring.Component):
         need = Signal(33)
         m.d.comb += need.eq(passes_needed(d, self._acc_rows, self._acc_lines))
         multi = (d.kind == DescKind.UPDATE.value) & (need > 1)
-        # ceil(log2 need) for 2 <= need <= max_passes: the powers of two below it.
-        level0_now = sum((need > (1 << k)).as_unsigned()
-                         for k in range((self._max_passes - 1).bit_length()))
         held = Signal(Descriptor)
         level0 = Signal(LEVEL_BITS)
         first = Signal()                        # the first pass's status is still to come
@@ -150,7 +151,7 @@ class UpdatePasses(wiring.Component):
                 m.d.comb += [ox.valid.eq(ix.valid & ~multi), ox.p.eq(d),
                              ix.ready.eq(Mux(multi, self.quiet, ox.ready))]
                 with m.If(ix.valid & multi & self.quiet):
-                    m.d.sync += [held.eq(d), level.eq(level0_now), level0.eq(level0_now),
+                    m.d.sync += [held.eq(d), level.eq(0), level0.eq(0),
                                  value.eq(0), first.eq(1), total.eq(0)]
                     m.next = "ISSUE"
             with m.State("ISSUE"):
@@ -178,11 +179,19 @@ class UpdatePasses(wiring.Component):
                             m.next = "REPORT"
             with m.State("DONE"):
                 dn = self.i_done
+                k, u = dn.p.overflow_at, dn.p.updates
+                # k * 2**s < u, for u >= 1: k <= (u - 1) >> s.
+                first_level = 1 + sum((k <= ((u - 1)[:32] >> s)).as_unsigned()
+                                      for s in range(1, 32))
                 m.d.comb += dn.ready.eq(1)
                 with m.If(dn.valid):
                     with m.If(dn.p.read_error):
                         m.d.sync += total.read_error.eq(1)
                         m.next = "REPORT"
+                    with m.Elif(dn.p.overflow & (level == 0)):
+                        # The first pass: the levels from 1 until k * 2**L >= u.
+                        m.d.sync += [level.eq(first_level), level0.eq(first_level)]
+                        m.next = "ISSUE"
                     with m.Elif(dn.p.overflow):
                         m.d.sync += level.eq(level + 1)     # its first half next
                         m.next = "ISSUE"
