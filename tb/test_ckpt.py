@@ -320,7 +320,11 @@ async def test_log_overflow(dut):
     batch = Batch(rows, np.array([0], np.int32))
     await drv.lookup(t, batch, batch_id=1, capture_undo=True)
     await drv.run()
-    status = await tb.csr.read_fields("CK_STATUS")
+    # The LOOKUP completes before the logger has taken all of its records (they wait
+    # while LOOKUPs gather): read the status once none is left (LOG_BUSY clear).
+    limit = tb.loop.cycle + 20_000
+    while (status := await tb.csr.read_fields("CK_STATUS")).log_busy:
+        assert tb.loop.cycle < limit, f"{status}: the undo log still busy"
     assert status.overflow, f"{status}: OVERFLOW not set"
     assert await tb.csr.read("CK_OVERFLOW_BATCH") == 1
     drv.overflowed.add(1)

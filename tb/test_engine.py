@@ -198,8 +198,10 @@ async def test_update_passes(dut):
     overflows too and is replaced by its two halves); of a few rows repeated (they fit
     the first pass). Then an UPDATE that fits by its size. Tables bit for bit and the
     records' ``rows_written`` / ``updates`` (the driver's checks), ENG_UPD_PASSES the
-    passes of the golden schedule (``sim.embedding.update_passes``) and
-    ENG_UPD_DISTINCT_ROWS the distinct rows."""
+    passes of the golden schedule (``sim.embedding.update_passes``),
+    ENG_UPD_DISTINCT_ROWS the distinct rows, and ENG_PMEM_RD_UPDATE the gradients once
+    per pass and every distinct row's lines once: no row is read twice, not even for
+    a pass that overflowed."""
     tb, drv, rng = await _start(dut, "update_passes", idle=True, backpressure=True)
     await tb.csr.write("PERF_CTRL", 1)
     cfg = tb.config
@@ -209,7 +211,7 @@ async def test_update_passes(dut):
     limit = min(acc[0], acc[1] // glines)
     half = [r for r in range(4 * limit) if emb.pass_hash(r) & 1 == 0][:limit + 1]
     table = await drv.add_table(rng=rng, data=random_table(rng, half[-1] + 1, dim, FP32))
-    passes = distinct = 0
+    passes = distinct = grad_reads = 0
     for k, rows in enumerate((rng.permutation(table.rows)[:limit + 1], np.array(half),
                               rng.integers(0, limit // 2, limit + 1),
                               rng.integers(0, table.rows, limit // 2))):
@@ -224,15 +226,21 @@ async def test_update_passes(dut):
         tb.log.info("UPDATE of %d indices: passes %s", n, schedule)
         passes += len(schedule)
         distinct += exp.rows_written
+        grad_reads += len(schedule) * batch.num_bags * glines
         kinds = {"first": schedule[0][2], "split": any(over and level
                                                        for level, _, over in schedule)}
         assert kinds == [{"first": True, "split": False}, {"first": True, "split": True},
                          {"first": False, "split": False},
                          {"first": False, "split": False}][k], (k, schedule)
     await drv.run()
-    got = (await tb.csr.read64("ENG_UPD_PASSES"), await tb.csr.read64("ENG_UPD_DISTINCT_ROWS"))
-    assert got == (passes, distinct), f"ENG_UPD_PASSES, ENG_UPD_DISTINCT_ROWS {got}, " \
-        f"expected {(passes, distinct)}"
+    names = ("ENG_UPD_PASSES", "ENG_UPD_DISTINCT_ROWS", "ENG_PMEM_RD_UPDATE",
+             "ENG_UPD_STORE_LINES")
+    got = {name: await tb.csr.read64(name) for name in names}
+    lpr = emb.lines_per_row(dim, FP32)
+    store = got["ENG_UPD_STORE_LINES"]
+    want = dict(zip(names, (passes, distinct, grad_reads + distinct * lpr - store, store),
+                    strict=True))
+    assert got == want, f"counters {got}, expected {want}"
     await _finish(tb, drv)
 
 

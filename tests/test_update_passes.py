@@ -12,7 +12,8 @@ and a pass reports the rows of that multiset in it, overflowing when they are mo
 the accumulator holds; a few report a read error), and takes ``o_status`` and
 ``o_done`` with random backpressure. It checks that every UPDATE is sent once per pass
 of the golden schedule, in its order, with ``pass_level`` / ``pass_value`` naming the
-pass while it runs and 0 otherwise; that each descriptor gives the completion exactly
+pass while it runs and 0 otherwise, and ``defer`` high exactly while a multi-pass
+UPDATE runs; that each descriptor gives the completion exactly
 one status and, if that passed and it is an UPDATE, one report, with the sums over its
 passes; that a multi-pass UPDATE is taken only when nothing is outstanding; and that
 ``ev_pass`` counts the UPDATEs sent. Stream rules are checked on every output. Seeds
@@ -181,11 +182,12 @@ def test_passes_against_the_schedule(seed, bp):
             ctx.set(dut.o_done.ready, dn_ready)
 
             (_, _, ix_ready, ox_valid, ox_p, ox_ready, is_ready, os_valid, os_p,
-             id_ready, od_valid, od_p, level, value, ev) = await ctx.tick().sample(
+             id_ready, od_valid, od_p, level, value, ev, defer) = await ctx.tick().sample(
                 dut.i_exec.ready, dut.o_exec.valid, dut.o_exec.p.as_value(),
                 dut.o_exec.ready, dut.i_status.ready, dut.o_status.valid,
                 dut.o_status.p.as_value(), dut.i_done.ready, dut.o_done.valid,
-                dut.o_done.p.as_value(), dut.pass_level, dut.pass_value, dut.ev_pass)
+                dut.o_done.p.as_value(), dut.pass_level, dut.pass_value, dut.ev_pass,
+                dut.defer)
             for rule, v, r, p in ((rules[0], ox_valid, ox_ready, ox_p),
                                   (rules[1], os_valid, st_ready, os_p),
                                   (rules[2], od_valid, dn_ready, od_p)):
@@ -194,7 +196,9 @@ def test_passes_against_the_schedule(seed, bp):
             where = f"cycle {cycle}"
             # The pass named while a pass of a multi-pass UPDATE runs (from its send to
             # its report); 0 while none is taken.
-            if not any(t.get("multi_active") for t in taken):
+            multi_on = any(t.get("multi_active") for t in taken)
+            assert defer == multi_on, (where, defer)
+            if not multi_on:
                 assert (level, value) == (0, 0), (where, level, value)
             elif running is not None:
                 d, k = running

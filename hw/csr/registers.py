@@ -752,8 +752,8 @@ def _engine_registers() -> Iterable[Register]:
             "make every distinct row's lines.")
     yield Register(
         "ENG_UPD_PASSES", 0x4D8, Kind.COUNTER64, clear_by="PERF_CTRL",
-        doc="Passes UPDATEs took over the accumulator: one per UPDATE that fits it, more "
-            "for a larger one, overflowed passes included (docs/embedding.md, "
+        doc="Passes UPDATEs took over the accumulator: one per UPDATE whose rows fit it, "
+            "more for a larger one, overflowed passes included (docs/embedding.md, "
             "\"Passes\").")
     # ENG_PMEM_{RD,WR}_LINES split by the engine manager that moved the line
     # (docs/embedding.md, "Counters"): the kinds sum to the totals.

@@ -119,12 +119,22 @@ class CoalescedUpdate(wiring.Component):
     is not apart from that of every earlier UPDATE without its ``o_done`` only after
     their ``o_done``.
 
+    **Deferred reads.** The rows of a descriptor whose items come with ``defer`` (a pass
+    of a multi-pass UPDATE, which may overflow) are not read while it accumulates:
+    once it has been handed to apply, if it did not overflow and no item came ``bad``,
+    its entries are read in order (one every two cycles) and queued for reading as
+    above, while the walk below waits for them; otherwise nothing is read. So a row is
+    never read for a pass that writes nothing, at the cost of the reads no longer
+    overlapping the accumulation. The next descriptor's new rows wait until those rows
+    are all queued.
+
     **Overflow.** A new row beyond ``acc_rows`` entries or ``acc_lines`` lines sets
     ``overflow``; its items and those of later new rows are dropped, and at ``last`` no
     row is written (``o_done.overflow`` set, ``rows_written`` 0, ``overflow_at`` the
-    counted indices before that row's index). The engine keeps an
-    UPDATE's indices at or below ``acc_rows`` and their lines (``n`` each) at or below
-    ``acc_lines`` (``docs/embedding.md``), so it never overflows there.
+    counted indices before that row's index). In the engine an UPDATE whose indices
+    fit ``acc_rows`` and whose lines (``n`` each) fit ``acc_lines`` never overflows; a
+    larger one runs as passes (:class:`~.update_passes.UpdatePasses`), and a pass that
+    overflows is run again as smaller passes (``docs/embedding.md``, "Passes").
 
     **Read errors.** An item with ``bad`` set (a read of the descriptor's buffers
     failed upstream) marks the descriptor: apply then writes no row, as on overflow
@@ -184,6 +194,9 @@ class CoalescedUpdate(wiring.Component):
         Sampled with every ``i_items`` transfer (apply uses the copy taken with ``last``).
     pass_level : ``In(LEVEL_BITS)``; pass_value : ``In(32)``
         The pass whose rows the items update, sampled with every ``i_items`` transfer.
+    defer : ``In(1)``
+        The items' rows are read only once their accumulation has ended without
+        overflow (above), sampled with every ``i_items`` transfer.
     i_items : ``In(stream.Signature(ITEM))``
     pmem : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
     o_done : ``Out(stream.Signature(DONE))``
@@ -213,6 +226,7 @@ class CoalescedUpdate(wiring.Component):
             "i_ctrl": In(ctrl_layout(addr_width)),
             "pass_level": In(LEVEL_BITS),
             "pass_value": In(32),
+            "defer": In(1),
             "i_items": In(stream.Signature(ITEM)),
             "pmem": Out(AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
                                       id_width=id_width)),
@@ -252,6 +266,7 @@ class CoalescedUpdate(wiring.Component):
                                                 depth=2 * self._acc_rows, init=[])
         entry_w = entries.write_port()
         entry_r = entries.read_port(transparent_for=(entry_w,))
+        fetch_r = entries.read_port(transparent_for=(entry_w,))    # deferred reads
         m.submodules.sums = sums = Memory(shape=LINE_BITS, depth=2 * self._acc_lines,
                                           init=[])
         sum_w = sums.write_port()
@@ -286,8 +301,9 @@ class CoalescedUpdate(wiring.Component):
         probe = Signal(entry_bits)                  # the bucket being read
         bad = Signal()                              # an item came ``bad``: write nothing
         skip = Signal()                             # the staged item's row is not in the pass
+        defer = Signal()                            # ... its descriptor's reads wait
         with m.If(take):
-            m.d.sync += [ctrl.eq(self.i_ctrl), item.eq(items.p),
+            m.d.sync += [ctrl.eq(self.i_ctrl), item.eq(items.p), defer.eq(self.defer),
                          skip.eq(~in_pass(items.p.row, self.pass_level, self.pass_value))]
             with m.If(items.p.bad):
                 m.d.sync += bad.eq(1)
@@ -359,6 +375,9 @@ class CoalescedUpdate(wiring.Component):
         # accumulation when it hands over.
         ap_active = Signal()
         ap_half = Signal()
+        ap_defer = Signal()                         # its rows are read only now
+        fw = Signal(entry_bits + 1)                 # deferred reads: the entry to queue
+        fw_on = Signal()                            # ... entries left to queue
         ap_ctrl = Signal(ctrl_layout(aw))
         ap_done = Signal(DONE)                      # rows_written: its distinct rows
         ap_no_write = Signal()
@@ -464,7 +483,7 @@ class CoalescedUpdate(wiring.Component):
                     with m.Else():
                         new_base = Mux(hits[0], bucket[0].base,
                                        Mux(hits[1], bucket[1].base, lines_used[:acc_bits]))
-                        wait = hazard | ap_want | (alloc & ~fetch_q.w_rdy)
+                        wait = hazard | ap_want | (alloc & ~defer & (~fetch_q.w_rdy | fw_on))
                         m.d.comb += [issue_base.eq(new_base), issue_fresh.eq(alloc),
                                      retire.eq(~wait), issue.eq(~wait & (hit | alloc))]
                         with m.If(wait):
@@ -482,7 +501,7 @@ class CoalescedUpdate(wiring.Component):
                                     entry_w.addr.eq(bucket_addr(count)), entry_w.en.eq(1),
                                     entry_w.data.row.eq(item.row), entry_w.data.bucket.eq(probe),
                                     entry_w.data.base.eq(Cat(lines_used[:acc_bits], half)),
-                                    fetch_q.w_en.eq(1),
+                                    fetch_q.w_en.eq(~defer),
                                 ]
                                 m.d.sync += [count.eq(count + 1),
                                              lines_used.eq(lines_used + row_items)]
@@ -496,6 +515,8 @@ class CoalescedUpdate(wiring.Component):
                              ap_done.rows_written.eq(count), ap_done.updates.eq(updates),
                              ap_done.overflow.eq(overflow), ap_done.read_error.eq(bad),
                              ap_done.overflow_at.eq(overflow_at), overflow_at.eq(0),
+                             ap_defer.eq(defer), fw.eq(0),
+                             fw_on.eq(defer & ~overflow & ~bad & (count != 0)),
                              walk.eq(0),
                              half.eq(~half), count.eq(0), lines_used.eq(0),
                              updates.eq(0), overflow.eq(0), bad.eq(0), drop.eq(0)]
@@ -510,15 +531,19 @@ class CoalescedUpdate(wiring.Component):
         # ``entry_r`` is presented the entry after ``walk`` as the walk advances (entry
         # 0 of the half handed over as it is), so it holds ``walk``'s entry in every
         # cycle (one row per cycle).
-        m.d.comb += walking.eq(ap_active & (walk != ap_done.rows_written))
-        with m.If(walking & (walked != fetched) & row_q.w_rdy & ~acc_slot_w):
+        # A deferred descriptor that writes nothing had nothing read: its walk does not
+        # wait for reads, nor count them.
+        ap_unread = Signal()
+        m.d.comb += [walking.eq(ap_active & (walk != ap_done.rows_written)),
+                     ap_unread.eq(ap_defer & ap_no_write)]
+        with m.If(walking & ((walked != fetched) | ap_unread) & row_q.w_rdy & ~acc_slot_w):
             m.d.comb += [
                 advance.eq(1),
                 slot_w.addr.eq(Cat(entry_r.data.bucket, ap_half)), slot_w.data.eq(0),
                 slot_w.en.eq(1),
                 row_q.w_en.eq(~ap_no_write),
             ]
-            m.d.sync += [walk.eq(walk + 1), walked.eq(walked + 1)]
+            m.d.sync += [walk.eq(walk + 1), walked.eq(walked + ~ap_unread)]
         with m.If(ap_active & ~walking & ~apply_busy & (n_tails != self._tails)):
             m.d.comb += [tail_push.eq(1),
                          tail_in.mark.eq(aw_count + aw_taken),
@@ -554,7 +579,11 @@ class CoalescedUpdate(wiring.Component):
             to_page.eq(64 - ar_addr[6:12]),
             left.eq(fq.lines - ar_line),
             beats.eq(Mux(left < to_page, left, to_page)),
-            fetch_q.w_data.eq(Cat(row_base, lines_used[:acc_bits], half, ctrl.lines_per_row)),
+            fetch_q.w_data.eq(Mux(fw_on,
+                                  Cat(row_addr(ap_ctrl, fetch_r.data.row), fetch_r.data.base,
+                                      ap_ctrl.lines_per_row),
+                                  Cat(row_base, lines_used[:acc_bits], half,
+                                      ctrl.lines_per_row))),
             axi.arvalid.eq(fetch_q.r_rdy & line_q.w_rdy),
             axi.araddr.eq(ar_addr),
             axi.arid.eq(0),
@@ -588,6 +617,19 @@ class CoalescedUpdate(wiring.Component):
                     m.d.sync += fetched.eq(fetched + 1)
             with m.Else():
                 m.d.sync += r_beat.eq(r_beat + 1)
+
+        # Deferred reads: entry ``fw`` of the half applying is presented to ``fetch_r``;
+        # once its data is there (a cycle after the address settled) it is queued.
+        fr_ok = Signal()
+        fw_push = Signal()
+        m.d.comb += [fetch_r.addr.eq(Cat(fw[:entry_bits], ap_half)),
+                     fw_push.eq(fw_on & fr_ok & fetch_q.w_rdy)]
+        m.d.sync += fr_ok.eq(fw_on & ~fw_push)
+        with m.If(fw_push):
+            m.d.comb += fetch_q.w_en.eq(1)
+            m.d.sync += fw.eq(fw + 1)
+            with m.If(fw + 1 == ap_done.rows_written):
+                m.d.sync += fw_on.eq(0)
 
         # The walk: ``entry_r`` presented the entry after ``walk`` as the walk advances.
         rq = data.View(row_q_layout, row_q.r_data)

@@ -77,9 +77,10 @@ class Engine(wiring.Component):
     **Structure.** :class:`~.desc_fetch.DescFetch` reads descriptors ahead;
     :class:`~.dispatcher.Dispatcher` checks them (with
     :class:`~.ckpt_control.CheckpointControl` for the checkpoint rules) and sends LOOKUP
-    and UPDATE to :class:`~.sequencer_pool.SequencerPool`, whose
-    :class:`~.bag_sequencer.BagSequencer` s check them and emit their rows, merged in
-    ring order with each descriptor's settings. :class:`~.row_fork.RowFork` passes the
+    and UPDATE (an UPDATE larger than the accumulator once per pass, through
+    :class:`~.update_passes.UpdatePasses`) to :class:`~.sequencer_pool.SequencerPool`,
+    whose :class:`~.bag_sequencer.BagSequencer` s check them and emit their rows,
+    merged in ring order with each descriptor's settings. :class:`~.row_fork.RowFork` passes the
     rows to :class:`~.row_gather.RowGather` and, for a LOOKUP, its lines to
     :class:`~.pool_reduce.PoolReduce`; for an UPDATE the rows go only to
     :class:`~.grad_feed.GradFeed`, whose gradient items feed
@@ -388,6 +389,7 @@ class Engine(wiring.Component):
             passes.quiet.eq(~dispatch.outstanding.any()),
             scatter.pass_level.eq(passes.pass_level),
             scatter.pass_value.eq(passes.pass_value),
+            scatter.defer.eq(passes.defer),
             self.ev_upd_pass.eq(passes.ev_pass),
             comp.cq_base.eq(self.cq_base),
             comp.ring_order.eq(self.ring_order),

@@ -103,6 +103,9 @@ class UpdatePasses(wiring.Component):
     i_done : ``In(stream.Signature(DONE))``; o_done : ``Out(...)``
     pass_level : ``Out(LEVEL_BITS)``; pass_value : ``Out(32)``
         The pass running (0 and 0 outside a multi-pass UPDATE).
+    defer : ``Out(1)``
+        A multi-pass UPDATE runs: the scatter reads a pass's rows only once it has not
+        overflowed (``CoalescedUpdate``, "Deferred reads"), so no row is read twice.
     ev_pass : ``Out(1)``
         An UPDATE, or a pass of one, goes out on ``o_exec``.
     """
@@ -121,6 +124,7 @@ class UpdatePasses(wiring.Component):
             "o_done": Out(stream.Signature(DONE)),
             "pass_level": Out(LEVEL_BITS),
             "pass_value": Out(32),
+            "defer": Out(1),
             "ev_pass": Out(1),
         })
 
@@ -143,7 +147,7 @@ class UpdatePasses(wiring.Component):
         top = Signal(32)                        # bit L - 1 of the value
         m.d.comb += top.eq((C(1, 33) << level)[1:33])
 
-        with m.FSM(init="IDLE"):
+        with m.FSM(init="IDLE") as fsm:
             with m.State("IDLE"):
                 # Everything passes through; a multi-pass UPDATE is taken once quiet.
                 wiring.connect(m, wiring.flipped(self.i_status), wiring.flipped(self.o_status))
@@ -218,4 +222,5 @@ class UpdatePasses(wiring.Component):
                 with m.If(self.o_done.ready):
                     m.d.sync += [level.eq(0), value.eq(0)]
                     m.next = "IDLE"
+        m.d.comb += self.defer.eq(~fsm.ongoing("IDLE"))
         return m
