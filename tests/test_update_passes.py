@@ -159,7 +159,7 @@ def test_passes_against_the_schedule(seed, bp):
             if st_offer is not None:
                 _, d, k = st_offer
                 fail_first = k == 0 and d["cookie"] % 9 == 4
-                fail_late = k > 0 and d["cookie"] % 13 == 5 and k == len(d["sched"]) - 1
+                fail_late = k > 0 and d["cookie"] % 4 == 1 and k == len(d["sched"]) - 1
                 st_payload = {"status": Status.INDEX_RANGE.value if fail_first
                               else Status.READ_ERROR.value if fail_late else 0,
                               "read_error": 0}
