@@ -49,7 +49,9 @@ __all__ = [
     "canonical_nans",
     "coalesce_stats",
     "grad_lines",
+    "in_pass",
     "lines_per_row",
+    "overflow_at",
     "pack_rows",
     "pass_hash",
     "passes_needed",
@@ -543,6 +545,26 @@ def passes_needed(num_indices: int, glines: int, acc: tuple[int, int]) -> int:
     return max(1, -(-num_indices // rows), -(-num_indices * glines // lines))
 
 
+def in_pass(row: int, level: int, value: int) -> bool:
+    """``row`` belongs to pass ``(level, value)``: the low ``level`` bits of its
+    :func:`pass_hash` are ``value``'s (level 0: every row)."""
+    return (pass_hash(row) ^ value) & ((1 << level) - 1) == 0
+
+
+def overflow_at(counted_rows: IntArray, glines: int, acc: tuple[int, int]) -> int | None:
+    """Counted indices (rows in index order) before the first whose row no longer fits
+    an accumulator of ``acc = (rows, lines)`` (rows of ``glines`` lines each), taking
+    the rows in that order; None if they all fit."""
+    rows, lines = acc
+    fitted: set[int] = set()
+    for i, r in enumerate(int(r) for r in counted_rows):
+        if r not in fitted:
+            if len(fitted) + 1 > rows or (len(fitted) + 1) * glines > lines:
+                return i
+            fitted.add(r)
+    return None
+
+
 def update_passes(counted_rows: IntArray, num_indices: int, glines: int,
                   acc: tuple[int, int]) -> list[tuple[int, int, bool]]:
     """The passes ``(level, value, overflowed)`` an UPDATE runs, in order: its counted
@@ -560,26 +582,18 @@ def update_passes(counted_rows: IntArray, num_indices: int, glines: int,
     counted = [int(r) for r in counted_rows]
     if passes_needed(num_indices, glines, acc) == 1:
         return [(0, 0, False)]
-    fitted: set[int] = set()
-    k = None
-    for i, r in enumerate(counted):
-        if r not in fitted:
-            if len(fitted) + 1 > rows or (len(fitted) + 1) * glines > lines:
-                k = i
-                break
-            fitted.add(r)
+    k = overflow_at(counted, glines, acc)
     if k is None:
         return [(0, 0, False)]
     level0 = 1
     while k << level0 < len(counted):
         level0 += 1
-    hashes = [pass_hash(r) for r in set(counted)]
+    distinct_rows = set(counted)
     out: list[tuple[int, int, bool]] = [(0, 0, True)]
     stack = [(level0, v) for v in reversed(range(1 << level0))]
     while stack:
         level, value = stack.pop()
-        mask = (1 << level) - 1
-        distinct = sum(1 for h in hashes if h & mask == value)
+        distinct = sum(1 for r in distinct_rows if in_pass(r, level, value))
         over = distinct > rows or distinct * glines > lines
         out.append((level, value, over))
         if over:

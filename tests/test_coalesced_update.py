@@ -55,9 +55,9 @@ from sim.embedding import (
     FP32,
     LINE_BYTES,
     bags,
+    in_pass,
     lines_per_row,
     pack_rows,
-    pass_hash,
     random_bags,
     unpack_rows,
     update,
@@ -257,12 +257,6 @@ def garbage_item(rng: random.Random) -> dict:
             "weight": rng.getrandbits(32), "grad": rng.getrandbits(512), "nop": 1}
 
 
-def in_pass(row: int, pass_: tuple[int, int]) -> bool:
-    """``row`` is in pass ``(level, value)`` (``docs/embedding.md``, "Passes")."""
-    level, value = pass_
-    return (pass_hash(row) ^ value) & ((1 << level) - 1) == 0
-
-
 def desc(table: Table, indices, offsets, grads, weights=None, *, acc_rows: int = ACC_ROWS,
          end: str = "nop", nop_fraction: float = 0.0, bad_at: int | None = None,
          pass_: tuple[int, int] = (0, 0)) -> Desc:
@@ -273,7 +267,7 @@ def desc(table: Table, indices, offsets, grads, weights=None, *, acc_rows: int =
     are ignored)."""
     indices = np.asarray(indices, np.int32)
     offsets = np.asarray(offsets, np.int32)
-    counted = [r for bag in bags(indices, offsets) for r in bag if in_pass(r, pass_)]
+    counted = [r for bag in bags(indices, offsets) for r in bag if in_pass(r, *pass_)]
     rows = list(dict.fromkeys(counted))
     overflow_at = 0
     if len(rows) > acc_rows:        # the index naming row acc_rows + 1 first
@@ -887,7 +881,7 @@ def test_passes_update_only_their_rows(seed):
                               end=rng.choice(["nop", "last"])))
     descs.append(random_desc(nrng, t, num_bags=3, weighted=True, zipf=None))
     # ACC_ROWS + 1 rows all in pass (2, 3): that pass overflows.
-    many = [r for r in range(t.rows) if in_pass(r, (2, 3))][:ACC_ROWS + 1]
+    many = [r for r in range(t.rows) if in_pass(r, 2, 3)][:ACC_ROWS + 1]
     over = desc_with(nrng, t, many + many[:3], [0, 5, len(many) + 3], weighted=False,
                      pass_=(2, 3))
     assert over.overflow

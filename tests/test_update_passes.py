@@ -71,22 +71,6 @@ def schedule(d: dict) -> list[tuple[int, int, bool]]:
     return emb.update_passes(d["counted"], d["num_indices"], d["glines"], (ACC_ROWS, ACC_LINES))
 
 
-def overflow_at(counted: list[int], glines: int) -> int:
-    """The scatter's ``overflow_at``: counted indices before the first whose row did not
-    fit the accumulator (rows taken in order)."""
-    fitted: set[int] = set()
-    for i, r in enumerate(counted):
-        if r not in fitted:
-            if len(fitted) == ACC_ROWS or (len(fitted) + 1) * glines > ACC_LINES:
-                return i
-            fitted.add(r)
-    raise AssertionError("no overflow")
-
-
-def in_pass_model(row: int, level: int, value: int) -> bool:
-    return (emb.pass_hash(row) ^ value) & ((1 << level) - 1) == 0
-
-
 def test_in_pass_matches_the_contract(seed):
     """The logic's pass hash and membership against ``sim.embedding.pass_hash``."""
     rng = random.Random(seed)
@@ -96,7 +80,7 @@ def test_in_pass_matches_the_contract(seed):
         if rng.random() < 0.5:                          # make it a member
             value = emb.pass_hash(row) & ((1 << level) - 1)
         got = in_pass(Const(row, 32), Const(level, 6), Const(value, 32))
-        assert bool(_const_value(got)) == in_pass_model(row, level, value), (row, level, value)
+        assert bool(_const_value(got)) == emb.in_pass(row, level, value), (row, level, value)
 
 
 def _const_value(value) -> int:
@@ -169,12 +153,13 @@ def test_passes_against_the_schedule(seed, bp):
                 _, d, k = dn_offer
                 level, value, over = d["sched"][k] if d["kind"] == DescKind.UPDATE.value \
                     else (0, 0, False)
-                mine = [r for r in d["counted"] if in_pass_model(r, level, value)]
+                mine = [r for r in d["counted"] if emb.in_pass(r, level, value)]
                 rerr = d["cookie"] % 17 == 3 and k == len(d["sched"]) // 2
                 dn_payload = {"rows_written": 0 if over or rerr else len(set(mine)),
                               "updates": len(mine), "overflow": int(over),
                               "read_error": int(rerr),
-                              "overflow_at": overflow_at(mine, d["glines"]) if over else 0}
+                              "overflow_at": emb.overflow_at(mine, d["glines"],
+                                                             (ACC_ROWS, ACC_LINES)) or 0}
                 ctx.set(dut.i_done.p.as_value(), pack(DONE, dn_payload))
             ctx.set(dut.i_done.valid, dn_offer is not None)
             st_ready, dn_ready = rng.random() >= bp, rng.random() >= bp
