@@ -54,6 +54,7 @@ def _updates(rng: random.Random, n: int) -> list[dict]:
     lines have all been asked for) of 0..5 counted rows (some empty), 1..MAX_GLINES
     gradient lines, items = glines or 2 * glines (bf16 tables), each in its own
     buffer."""
+    assert n <= 15, "each UPDATE has its own 64 KiB of the memory"
     jobs = []
     for k in range(n):
         num_bags = rng.choice((1, 1, 2, rng.randint(3, 12)))
@@ -347,6 +348,25 @@ def test_seq_error(noise, seed):
         elif k % 3 == 2:
             job["bad_row"] = rng.randrange(rows)
     got = _run(model, jobs, seed=seed, traffic=traffic, row_gap=row_gap, out_bp=out_bp)
+    for k, (job, (items, _)) in enumerate(zip(jobs, got, strict=True)):
+        _check(items, _expected(model, job), f"UPDATE {k}")
+
+
+def test_stopped_update_keeps_its_read_offered(seed):
+    """UPDATEs whose sequencer stops before any row (``seq_error`` at once, no row fed)
+    with ``checked`` and ``finish`` at ``start``, under heavy AR backpressure: the feed
+    has gradient reads offered when it reaches its end item, and an offered read stays
+    offered until it is taken (the port's AXI checker); the end item waits for it."""
+    rng = random.Random(seed)
+    model = _model(seed)
+    jobs = _updates(rng, 14)            # (each in its own 64 KiB of the 1 MiB)
+    for job in jobs:
+        job.update(checked_at=0, row_delay=0, finish_delay=rng.choice((0, 1)),
+                   seq_error=(0, 0), truncate=True, ahead_at=None)
+        job["glines"] = MAX_GLINES
+        job["items"] = MAX_GLINES
+    traffic = Traffic(ar_bp=0.7, aw_bp=0.0, w_bp=0.0, r_idle=0.3, b_idle=0.0)
+    got = _run(model, jobs, seed=seed, traffic=traffic, row_gap=0.0, out_bp=0.3)
     for k, (job, (items, _)) in enumerate(zip(jobs, got, strict=True)):
         _check(items, _expected(model, job), f"UPDATE {k}")
 

@@ -6,12 +6,13 @@ Written from the blocks' contracts (``docs/embedding.md``, "Row store", and the
 docstrings): a burst is answered in AR order with the memory's current data whichever
 way it is served; a burst goes to ``down`` unchanged and in order unless every line
 of it is in the store; a line is in the store once filled (a fill in a cycle with a
-probe presented or due, or with ``flash``, is dropped) until a write's invalidation of
-that line, a fill of another line with the same :func:`store_index`, or ``flash``.
+probe presented or due, with ``flash`` or with an AW on the invalidation port is
+dropped) until a write's invalidation of that line, a fill of another line with the
+same :func:`store_index`, or ``flash``.
 
-The random test mixes fills (always with the memory's current data), writes (the
-memory changes in the AW's cycle and the AW goes to the invalidation port, held while
-``inv_room`` is low; never to a line a read in flight covers), flashes and read
+The random test mixes fills (with the memory's data from before the cycle's write),
+writes (the memory changes in the AW's cycle and the AW goes to the invalidation port,
+held while ``inv_room`` is low; never to a line a read in flight covers), flashes and read
 bursts of 1 to 4 lines from a small pool of lines, two of which share an entry, with
 AR backpressure and idle cycles on ``down``, random R latency and ``rready`` low at
 random on ``up``. The directed test checks which bursts the store serves. Seeds are
@@ -230,7 +231,7 @@ def test_which_bursts_the_store_serves(seed):
     """Lines filled are served from the store; a write's lines, a colliding fill's victim
     and everything after a flash are read from ``down``; a fill in a probe's cycle is
     dropped; a read right after a write of several lines does not see the old last
-    line."""
+    line; a fill in the cycle of a write of its line is dropped."""
     rng = random.Random(seed)
     dut = _dut()
     bench = Bench(rng, r_idle=0.2, ar_bp=0.2, rready_low=0.2)
@@ -292,6 +293,18 @@ def test_which_bursts_the_store_serves(seed):
         yield {"write": (run[0], len(run) - 1)}
         yield {"read": (run[-1], 0)}
         yield from drain(b)
+        # A fill in the cycle of an AW that writes its line carries the line as it was
+        # before the write: it is dropped, whatever its entry held (here another line).
+        for addr in (twin, lines[3], twin):
+            start = len(b.downs)
+            yield {"fill": addr}
+            yield {}
+            yield {"fill": lines[3], "write": (lines[3], 0)}
+            for _ in range(3):
+                yield {}
+            yield {"read": (lines[3], 0)}
+            yield from drain(b)
+            phases.setdefault("inv_fill", []).append(b.downs[start:])
 
     async def bench_fn(ctx):
         await bench.run(ctx, dut, steps)
@@ -304,3 +317,5 @@ def test_which_bursts_the_store_serves(seed):
     assert [ar[0] for ar in phases["after_flash"]] == lines[:4], phases["after_flash"]
     got = [ar[0] for ar in phases["probe_fill"]]
     assert lines[6] in got, f"the fill during a probe was kept: {got}"
+    for got in phases["inv_fill"]:
+        assert [ar[0] for ar in got] == [lines[3]], f"the fill during its write was kept: {got}"

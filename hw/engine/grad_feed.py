@@ -157,12 +157,16 @@ class GradFeed(wiring.Component):
         pf_bags = Mux(pf_next, nxt_bags, self.num_bags)
         pf_glines = Mux(pf_next, nxt_glines, self.glines)
         ar = Signal()
+        ar_wait = Signal()              # AR was offered last cycle and not taken
         # The reads go on after ``finish`` (the last bag may still want its lines), but
-        # not in FINISH: every bag has had its row by then, so every line was asked for.
-        # The next UPDATE's go on regardless.
-        m.d.comb += ar.eq(Mux(pf_next, 1, live & pf_on & ~finishing)
+        # no new one in FINISH: the UPDATE's rows have all been fed (or its sequencer
+        # stopped), so no item wants another line. A read offered before FINISH stays
+        # offered until it is taken (AXI: ARVALID is not withdrawn); FINISH waits for
+        # it. The next UPDATE's go on regardless.
+        m.d.comb += ar.eq(Mux(pf_next, 1, live & pf_on & (~finishing | ar_wait))
                           & (pf_bag != pf_bags)
                           & ~(req - cons)[rb])     # fewer than 2**rb taken
+        m.d.sync += ar_wait.eq(ar & ~axi.arready)
         with m.If(self.finish):
             m.d.sync += fin.eq(1)
         with m.If(self.checked & ~fin):
@@ -288,8 +292,9 @@ class GradFeed(wiring.Component):
                         m.d.sync += j.eq(j + 1)
             with m.State("FINISH"):
                 # Every read of this UPDATE has returned: nothing is left to land in
-                # the ring of the next UPDATE (whose own reads may be in flight).
-                m.d.comb += out.valid.eq(Mux(pf_next, cur_rcvd, rcv == req))
+                # the ring of the next UPDATE (whose own reads may be in flight), and
+                # no read is still being offered.
+                m.d.comb += out.valid.eq(Mux(pf_next, cur_rcvd, (rcv == req) & ~ar))
                 with m.If(out.valid & out.ready):
                     m.d.sync += [fin.eq(0), pf_on.eq(0), live.eq(0)]
                     m.next = "IDLE"

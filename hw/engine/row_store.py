@@ -54,9 +54,11 @@ class RowStore(wiring.Component):
 
     **Fill** (``fill_valid``, with ``fill_addr``, the line's byte address, and
     ``fill_data``; nothing waits for it): the entry takes the line and becomes valid. A
-    fill is dropped in a cycle in which a probe is presented or its result is due, and
-    in a cycle with ``flash``. The sender only offers lines whose read no write could
-    have passed (:class:`~.row_gather.RowGather`, ``unsafe``).
+    fill is dropped in a cycle in which a probe is presented or its result is due, in
+    a cycle with ``flash``, and in a cycle with ``inv_valid`` (a line read back as a
+    write to it is issued may hold the data from before the write). The sender only
+    offers lines whose read no write could have passed
+    (:class:`~.row_gather.RowGather`, ``unsafe``).
 
     **Invalidation** (``inv_*``, one AW of the PMEM port that carries every write of the
     device to the lines the store may hold): ``inv_valid`` is the AW's handshake, with
@@ -181,7 +183,8 @@ class RowStore(wiring.Component):
         m.d.comb += [
             fill_line.eq(self.fill_addr[_LINE_SHIFT:]),
             fill_idx.eq(_index(fill_line, k)),
-            fill_go.eq(self.fill_valid & ~self.probe_valid & ~p_due & ~self.flash),
+            fill_go.eq(self.fill_valid & ~self.probe_valid & ~p_due & ~self.flash
+                       & ~self.inv_valid),
             tag_w.addr.eq(fill_idx), tag_w.data.eq(fill_line), tag_w.en.eq(fill_go),
             line_w.addr.eq(fill_idx), line_w.data.eq(self.fill_data), line_w.en.eq(fill_go),
         ]
