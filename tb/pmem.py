@@ -665,6 +665,12 @@ class PmemModel:
         for addr, data in image.items():
             self.write(addr, data)
 
+    def restore(self, image: dict[int, bytes]) -> None:
+        """Make the durable image exactly ``image`` (a :meth:`snapshot`): its lines, and
+        zero everywhere else."""
+        self._storage.clear()
+        self.load_image(image)
+
     def snapshot(self) -> dict[int, bytes]:
         """The durable image as ``{line address: 64 bytes}``, non-zero lines only."""
         return {line << 6: value.to_bytes(LINE_BYTES, "little")

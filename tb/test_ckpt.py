@@ -21,10 +21,17 @@ checked bit for bit:
   every ``FRESH_EVERY`` points the device is formatted again with new tables, and one
   last batch after the last point must commit and match the model.
 
+A point survives only if all of its checks pass; a failed point is counted, recorded
+(point, crash cycle, seed, the first line of the failure) and the campaign goes on from
+a freshly formatted device; the test fails at the end if any point failed.
+
 Test parameters: ``n_points`` (crash points per campaign test); ``part`` and ``parts``
 run points ``n_points * part // parts`` up to the next part's first of them, so the
 points of one campaign spread over several simulator runs (each formats the device and
-measures the window afresh; default: every point in one run).
+measures the window afresh; default: every point in one run); ``inject_fault`` (a point
+number): that point's tables are changed behind the device after its recovery, so its
+check must fail, and the test passes only if exactly that point is counted lost (the
+campaign's check of its own counting).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import numpy as np
 
 from hw.engine.descriptor import DescKind, PoolMode, Status
 from hw.engine.engine import PMEM_KIND_CSRS
+from sim import ckpt
 from sim import embedding as emb
 from sim.embedding import BF16, FP32, LINE_BYTES
 from tb.ckpt_driver import CkptDriver
@@ -68,6 +76,7 @@ class Campaign:
         self.golden: dict[int, list[np.ndarray]] = {}
         self.issued = self.completed = 0
         self.mlp_seen = 0               # newest MLP copy seen finished before the crash
+        self.corrupt_after_recovery = False
 
     async def fresh(self) -> None:
         """Reset, format, new tables, ``CK_MLP_K``, recovery (checkpointing on)."""
@@ -122,6 +131,11 @@ class Campaign:
         return self.rng.bytes(nbytes)
 
     def check_tables(self, batch: int) -> None:
+        if self.corrupt_after_recovery:     # the campaign's self-check (``inject_fault``)
+            self.corrupt_after_recovery = False
+            t = self.tables[0]
+            line = self.tb.pmem.read(t.base, LINE_BYTES)
+            self.tb.pmem.write(t.base, bytes([line[0] ^ 1]) + line[1:])
         for t, want in zip(self.tables, self.golden[batch], strict=True):
             got = self.tb.pmem.read(t.base, t.nbytes)
             if got != emb.pack_rows(want, base=t.image0):
@@ -141,6 +155,20 @@ class Campaign:
         self.drv.reset_state()
         await self.drv.setup()
 
+    async def measure_recovery(self) -> int:
+        """Cycles a recovery of the PMEM image as it is takes (from the ``CK_CMD`` write
+        to ``CK_STATUS`` seen done, polled every 4 cycles); then the device is reset and
+        the image put back as it was, so that a recovery can start again from the same
+        state."""
+        tb = self.tb
+        image = tb.pmem.snapshot()
+        res = await self.drv.recover(poll=4)
+        await tb.reset_device()
+        tb.pmem.restore(image)
+        self.drv.reset_state()
+        await self.drv.setup()
+        return res.cycles
+
     async def recover_and_check(self) -> int:
         res = await self.drv.recover()
         self.tb.log.debug("recovery: %s", res)
@@ -150,6 +178,15 @@ class Campaign:
             f"committed batch {c} after recovery; COMMITs completed up to "
             f"{self.completed}, issued up to {self.issued}")
         self.check_tables(c)
+        # The slot named is the contract's choice, read back from the image with the
+        # golden model (``sim.ckpt``): the valid slot of the newest batch not after C,
+        # not merely some slot within K of it.
+        sb = ckpt.read_superblock(self.tb.pmem)
+        want = ckpt.newest_mlp([ckpt.read_mlp_slot(self.tb.pmem, sb, s) for s in (0, 1)], c)
+        want = (3, 0) if want is None else (want.slot, want.batch_id)
+        assert (res.mlp_slot, res.mlp_batch) == want, (
+            f"{res}: recovery named MLP slot {res.mlp_slot} (batch {res.mlp_batch}); the "
+            f"newest valid slot not after batch {c} is {want[0]} (batch {want[1]})")
         if res.mlp_slot == 3:
             assert res.mlp_batch == 0 and self.mlp_seen == 0, res
         else:
@@ -191,7 +228,15 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
     camp.check_tables(BATCHES)
     tb.log.info("%d batches take %d cycles; crash points %d to %d of %d", BATCHES, window,
                 points.start, points.stop - 1, n_points)
+    # ``inject_fault``: a point whose check must fail (a table line is changed behind
+    # the device's back after its recovery), so the count below is seen to follow the
+    # checks' outcomes; the campaign then expects exactly that point to be lost.
+    inject = tb.params.get("inject_fault")
     survived = rolled = 0
+    failures: list[dict] = []
+    # With ``during_recovery``: per point, how far into its recovery the power failed
+    # (fraction of the recovery's measured length) and whether it was still busy.
+    second: list[tuple[float, bool]] = []
     c = BATCHES
     for point in points:
         if point != points.start and point % FRESH_EVERY == 0:
@@ -204,15 +249,42 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
             task.cancel()
         await camp.crash()
         if during_recovery:
-            begin = await camp.drv.start_recovery()
-            await tb.loop.wait_cycles(tb.rng.randrange(1, 400))
+            # The second failure is drawn over the whole recovery of this very image:
+            # its length is measured first (the image is then put back), so the late
+            # steps (the commit word, the MLP-slot scan) are hit as often as the early
+            # ones. CK_STATUS, read right before the power fails, shows whether the
+            # recovery was still running; one from the same image cannot have ended
+            # before nine tenths of the measured length.
+            length = await camp.measure_recovery()
+            await camp.drv.start_recovery()
+            into = tb.rng.randrange(1, length)
+            await tb.loop.wait_cycles(into)
+            busy = bool((await tb.csr.read_fields("CK_STATUS")).busy)
             await camp.crash()
-            tb.log.info("point %d: power failed again %d cycles into recovery", point,
-                        tb.loop.cycle - begin)
+            second.append((into / length, busy))
+            tb.log.info("point %d: power failed again %d of %d cycles into recovery (%s)",
+                        point, into, length, "busy" if busy else "recovery had ended")
+            assert busy or into >= 0.9 * length, (
+                f"point {point}: recovery had ended {into} cycles in, though the same "
+                f"image's recovery took {length}")
         issued, completed = camp.issued, camp.completed
-        c = await camp.recover_and_check()
-        rolled += await tb.csr.read("CK_ROLLED_BACK")
-        await camp.resume(c)
+        # A point survives only if every check of it passes; a failed one is recorded
+        # (with the seed that replays the run) and the campaign goes on from a freshly
+        # formatted device.
+        try:
+            if point == inject:
+                camp.corrupt_after_recovery = True
+            c = await camp.recover_and_check()
+            rolled += await tb.csr.read("CK_ROLLED_BACK")
+            await camp.resume(c)
+        except (AssertionError, TimeoutError) as e:
+            failures.append({"point": point, "at": at, "seed": tb.seed,
+                             "error": str(e).splitlines()[0][:300]})
+            tb.log.error("point %d (crash at +%d cycles) FAILED: %s", point, at, e)
+            camp.corrupt_after_recovery = False
+            await camp.fresh()
+            c = 0
+            continue
         survived += 1
         tb.log.info("point %d: crash at +%d cycles, committed %d (completed %d, issued %d)",
                     point, at, c, completed, issued)
@@ -226,8 +298,27 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({
             "crash_points_tried": len(points), "crash_points_survived": survived,
-            "records_rolled_back": rolled, "batches_per_point": BATCHES,
-            "window_cycles": window}, indent=2) + "\n")
+            "failures": failures, "records_rolled_back": rolled,
+            "batches_per_point": BATCHES, "window_cycles": window,
+            "recovery_crashes": _recovery_crashes(second)}, indent=2) + "\n")
+    if second:
+        tb.log.info("second power failures, by tenth of the recovery: %s",
+                    _recovery_crashes(second))
+    lost = [f["point"] for f in failures]
+    want = [inject] if inject in points else []
+    assert lost == want and survived == len(points) - len(want), (
+        f"{len(points)} crash points, {survived} survived; failed {failures} "
+        f"(expected to fail: {want})")
+
+
+def _recovery_crashes(second: list[tuple[float, bool]]) -> dict:
+    """Second power failures per tenth of the recovery's measured length: how many, and
+    how many found the recovery still busy."""
+    tenths = [[0, 0] for _ in range(10)]
+    for fraction, busy in second:
+        tenths[min(9, int(fraction * 10))][0] += 1
+        tenths[min(9, int(fraction * 10))][1] += busy
+    return {"per_tenth": [t[0] for t in tenths], "busy_per_tenth": [t[1] for t in tenths]}
 
 
 async def _wait_or_done(tb: DeviceTB, task, cycles: int) -> None:
@@ -247,8 +338,9 @@ async def test_crash_campaign(dut):
 @group("recovery")
 @cocotb.test()
 async def test_crash_during_recovery(dut):
-    """As the campaign, and the power fails again while recovery runs: a second recovery
-    gives the same result (recovery is idempotent)."""
+    """As the campaign, and the power fails again while recovery runs (anywhere in it:
+    drawn over the recovery's measured length): a second recovery gives the same result
+    (recovery is idempotent)."""
     await _campaign(dut, "crash_during_recovery", during_recovery=True)
 
 

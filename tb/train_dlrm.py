@@ -696,8 +696,13 @@ async def train_dlrm(dut):
             await step(b)
     else:
         task = cocotb.start_soon(tr.tcxl_train(1, tr.n))
+        wanted = crash_at
         if crash_at == "auto":
             crash_at = await _auto_crash_point(tr, task, start)
+            # (-1: the training ended before the batch the crash was drawn in)
+            assert crash_at >= 0, (
+                f"crash_at=auto: the training of {tr.n} batches ended before the crash "
+                f"point drawn from seed {tr.seed}: no power failure")
         if crash_at is not None and crash_at >= 0:
             end = start + int(crash_at)
             await tb.loop.wait_until(lambda: task.done() or tb.loop.cycle >= end,
@@ -709,8 +714,11 @@ async def train_dlrm(dut):
                 start_params = tr.params_hist[crash["mlp_batch"]]
                 await tr.tcxl_train(start_batch + 1, tr.n)
             else:
-                tb.log.warning("training finished before crash_at=%d: no power failure",
-                               crash_at)
+                # A run asked to fail the power must have failed it.
+                raise AssertionError(
+                    f"crash_at={wanted}: the training ended {tb.loop.cycle - start} "
+                    f"cycles after its start, before the crash point +{crash_at}: no power "
+                    f"failure (choose a crash point within the run)")
         if crash is None:
             await task
     total = tb.loop.cycle - start

@@ -168,6 +168,18 @@ def seed(request) -> int:
     return value
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that drew a seed names it in its one-line summary (``-ra``), so a
+    CI log that shows only the summary still says how to replay the failure."""
+    report = yield
+    seeds = [v for k, v in item.user_properties if k == "seed"]
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if report.failed and seeds and crash is not None:
+        crash.message = f"[SEED={seeds[-1]}] {crash.message}"
+    return report
+
+
 @pytest.fixture
 def rng(seed: int) -> random.Random:
     return random.Random(seed)

@@ -16,7 +16,6 @@ without simulating them.
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 from collections import deque
@@ -32,6 +31,7 @@ from hw.bus.axi_arbiter import AxiArbiter
 from hw.gen import LINT_WAIVERS
 from tb.pmem import LINE_BYTES, PmemModel, PmemTiming, strb_mask
 
+from .noise import STALL_BURSTS, Stalls
 from .stream_rule import StreamRule
 
 #: Lines of each manager's private region (two 4 KiB pages; bursts never cross one).
@@ -39,12 +39,6 @@ REGION_LINES = 128
 PAGE_LINES = 4096 // LINE_BYTES
 FULL_STRB = (1 << LINE_BYTES) - 1
 SIZE_LINE = 6
-
-
-def _seed(default: int) -> int:
-    seed = int(os.environ.get("SEED", default))
-    print(f"seed={seed}")
-    return seed
 
 
 def arbiter(priorities, *, id_width: int = 3, **kwargs) -> AxiArbiter:
@@ -88,6 +82,9 @@ class Manager:
         self.r_rule = StreamRule(f"m{index} R", strict=True)
         self.b_rule = StreamRule(f"m{index} B", strict=True)
         self.log = {k: [] for k in ("ar", "aw", "w", "r", "b")}
+        # Idle AR / AW / W and low R / B ready: per-cycle noise and stall bursts.
+        self.stall = {k: Stalls(rng, tb.idle, **tb.bursts) for k in ("ar", "aw", "w")}
+        self.stall |= {k: Stalls(rng, tb.backpressure, **tb.bursts) for k in ("r", "b")}
 
     # -- traffic
     def _random_lines(self, beats: int) -> int:
@@ -139,11 +136,11 @@ class Manager:
 
     # -- per cycle
     def drive(self, ctx, cycle: int) -> None:
-        tb, p, rng = self.tb, self.port, self.rng
+        tb, p = self.tb, self.port
         if self.ar_cur is None:
             if not self.ar_queue and self.reads_left > 0:
                 self.new_read()
-            if self.ar_queue and not (tb.idle and rng.random() < tb.idle):
+            if self.ar_queue and not self.stall["ar"]():
                 b = self.ar_cur = self.ar_queue.popleft()
                 tb.set_addr(ctx, p, "ar", b.id, b.line, b.beats)
             else:
@@ -151,14 +148,14 @@ class Manager:
         if self.aw_cur is None:
             if not self.aw_queue and self.writes_left > 0:
                 self.new_write()
-            if self.aw_queue and not (tb.idle and rng.random() < tb.idle):
+            if self.aw_queue and not self.stall["aw"]():
                 b = self.aw_cur = self.aw_queue.popleft()
                 tb.set_addr(ctx, p, "aw", b.id, b.line, b.beats)
             else:
                 ctx.set(p.awvalid, 0)
         if self.w_cur is None:
             b = self.w_queue[0] if self.w_queue else None
-            if b is not None and cycle >= b.w_at and not (tb.idle and rng.random() < tb.idle):
+            if b is not None and cycle >= b.w_at and not self.stall["w"]():
                 k = b.beat
                 self.w_cur = (b, b.data[k], b.strb[k], int(k == b.beats - 1))
                 ctx.set(p.wdata, b.data[k])
@@ -167,8 +164,8 @@ class Manager:
                 ctx.set(p.wvalid, 1)
             else:
                 ctx.set(p.wvalid, 0)
-        self.rready = int(not (tb.backpressure and rng.random() < tb.backpressure))
-        self.bready = int(not (tb.backpressure and rng.random() < tb.backpressure))
+        self.rready = int(not self.stall["r"]())
+        self.bready = int(not self.stall["b"]())
         ctx.set(p.rready, self.rready)
         ctx.set(p.bready, self.bready)
 
@@ -243,10 +240,15 @@ class TB:
     """
 
     def __init__(self, dut: AxiArbiter, *, seed: int, idle: float = 0.0,
-                 backpressure: float = 0.0, timing: PmemTiming | None = None):
+                 backpressure: float = 0.0, timing: PmemTiming | None = None,
+                 bursts: dict | None = None):
         self.dut = dut
         self.rng = random.Random(seed)
         self.idle, self.backpressure = idle, backpressure
+        self.bursts = bursts or {}
+        self.sub_stall = {k: Stalls(self.rng, backpressure, **self.bursts)
+                          for k in ("ar", "aw", "w")}
+        self.sub_stall |= {k: Stalls(self.rng, idle, **self.bursts) for k in ("r", "b")}
         self.mem: dict[int, int] = {}
         timing = timing or PmemTiming(read_latency=3, write_latency=2, jitter=8,
                                       channels=4, media_bytes=64, peak_lines_per_cycle=4)
@@ -275,19 +277,19 @@ class TB:
 
     # -- subordinate side
     def _drive_sub(self, ctx) -> None:
-        sub, rng, pm = self.dut.sub, self.rng, self.pmem
+        sub, pm = self.dut.sub, self.pmem
         for ch in ("ar", "aw", "w"):
-            self.sub_ready[ch] = int(not (self.backpressure and rng.random() < self.backpressure))
+            self.sub_ready[ch] = int(not self.sub_stall[ch]())
             ctx.set(getattr(sub, f"{ch}ready"), self.sub_ready[ch])
         if self.r_beat is None:
-            beat = None if self.idle and rng.random() < self.idle else pm.r_beat(self.cycle)
+            beat = None if self.sub_stall["r"]() else pm.r_beat(self.cycle)
             if beat is not None:
                 self.r_beat = beat
                 for name, value in zip(("rid", "rdata", "rresp", "rlast"), beat, strict=True):
                     ctx.set(getattr(sub, name), int(value))
             ctx.set(sub.rvalid, beat is not None)
         if self.b is None:
-            b = None if self.idle and rng.random() < self.idle else pm.b_resp(self.cycle)
+            b = None if self.sub_stall["b"]() else pm.b_resp(self.cycle)
             if b is not None:
                 self.b = b
                 ctx.set(sub.bid, b[0])
@@ -456,12 +458,13 @@ RANDOM_CONFIGS = {
 
 @pytest.mark.parametrize("stress", [False, True], ids=["smooth", "idle+backpressure"])
 @pytest.mark.parametrize("config", list(RANDOM_CONFIGS))
-def test_random_traffic(config, stress):
+def test_random_traffic(config, stress, seed):
     """Random bursts (1..8 beats, ids 0..3) from every manager; every R beat, every B and
-    the final PMEM image checked."""
-    seed = _seed(0xA4B + 2 * list(RANDOM_CONFIGS).index(config) + stress)
+    the final PMEM image checked. ``idle+backpressure``: 30 % of each per cycle on every
+    channel, and stall bursts of 16 to 96 cycles on each (``tests.noise``)."""
     tb = TB(arbiter(**RANDOM_CONFIGS[config]), seed=seed,
-            idle=0.3 if stress else 0.0, backpressure=0.3 if stress else 0.0)
+            idle=0.3 if stress else 0.0, backpressure=0.3 if stress else 0.0,
+            bursts=STALL_BURSTS if stress else None)
     tb.preload()
     for mgr in tb.managers:
         mgr.reads_left = mgr.writes_left = BURSTS
@@ -469,13 +472,17 @@ def test_random_traffic(config, stress):
     print(f"{tb.cycle} cycles")
     tb.check_memory()
     assert tb.pmem.stats.reads == tb.pmem.stats.writes == BURSTS * tb.dut.n_managers
+    if stress:
+        stalls = [*tb.sub_stall.values(), *(v for m in tb.managers for v in m.stall.values())]
+        bursts = sum(st.bursts for st in stalls)
+        print(f"{bursts} stall bursts")
+        assert bursts >= 20, f"only {bursts} stall bursts"
 
 
 @pytest.mark.parametrize("registered", [True, False], ids=["registered", "unregistered"])
-def test_reset_in_the_middle_of_traffic(registered):
+def test_reset_in_the_middle_of_traffic(registered, seed):
     """Reset with bursts in flight on every channel: no valid survives it and traffic
     afterwards is answered right (no stale W-order entry or response leaks)."""
-    seed = _seed(0x5E7)
     tb = TB(arbiter((0, 0, 1), w_fifo_depth=3, register_responses=registered), seed=seed,
             idle=0.2, backpressure=0.3)
     tb.preload()
@@ -504,11 +511,10 @@ def test_single_manager_is_a_wire():
 @pytest.mark.parametrize(("priorities", "limit"), [((0, 0, 1), 4), ((0, 1, 2), 3),
                                                     ((2, 0, 1, 0, 1), 2)])
 @pytest.mark.parametrize("backpressure", [0.0, 0.4])
-def test_priority_and_starvation(priorities, limit, backpressure):
+def test_priority_and_starvation(priorities, limit, backpressure, seed):
     """Every manager keeps AR valid: the most urgent class takes most grants, within a
     class grants rotate, and a waiting class gets a grant within ``limit`` grants to
     more urgent ones."""
-    seed = _seed(77)
     dut = arbiter(priorities, starvation_limit=limit)
     tb = TB(dut, seed=seed, backpressure=backpressure)
     for mgr in tb.managers:

@@ -15,7 +15,6 @@ without simulating them.
 
 from __future__ import annotations
 
-import os
 import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -49,6 +48,8 @@ from hw.cxl.messages import (
 )
 from sim.golden_memory import FULL_MASK, GoldenMemory, merge_line
 
+from .noise import STALL_BURSTS, Stalls
+
 REQ, RWD, NDR, DRS = Codec(M2SReq), Codec(M2SRwD), Codec(S2MNDR), Codec(S2MDRS)
 ERR_INFO = Codec(ErrorInfo)
 Rq, Wr = M2SReqOpcode, M2SRwDOpcode
@@ -62,12 +63,6 @@ def small() -> DeviceConfig:
 
 def odd() -> DeviceConfig:
     return load_config("odd")
-
-
-def _seed(default: int) -> int:
-    seed = int(os.environ.get("SEED", default))
-    print(f"seed={seed}")
-    return seed
 
 
 def _line_bytes(value: int) -> bytes:
@@ -218,7 +213,8 @@ class TB:
     def __init__(self, cfg: DeviceConfig, *, seed: int = 0, rd_latency=(1, 1), wr_latency=(1, 1),
                  reorder: bool = False, axi_ready: float = 1.0, m2s_idle: float = 0.0,
                  s2m_ready: float = 1.0, hdm_base: int | None = None,
-                 hdm_size: int | None = None, bad_resp=lambda kind, line: False):
+                 hdm_size: int | None = None, bad_resp=lambda kind, line: False,
+                 bursts: dict | None = None):
         self.cfg = cfg
         self.dut = MemEndpoint(config=cfg)
         top = Module()
@@ -229,6 +225,10 @@ class TB:
         self.rng = random.Random(seed)
         self.rd_latency, self.wr_latency, self.reorder = rd_latency, wr_latency, reorder
         self.axi_ready, self.m2s_idle, self.s2m_ready = axi_ready, m2s_idle, s2m_ready
+        # Long stall bursts on every channel (``tests.noise.STALL_BURSTS``), besides the
+        # per-cycle noise; ``self.stalls`` keeps each channel's for the coverage check.
+        self.bursts = bursts or {}
+        self.stalls: dict[str, Stalls] = {}
         self.base = cfg.hdm_base // LINE_BYTES if hdm_base is None else hdm_base
         self.size = cfg.hdm_size // LINE_BYTES if hdm_size is None else hdm_size
         self.bad_resp = bad_resp
@@ -269,9 +269,11 @@ class TB:
         port = self.dut.i_m2s_req if ch == "req" else self.dut.i_m2s_rwd
         codec = REQ if ch == "req" else RWD
         queue, cur, idle, t = self.queues[ch], None, 0, 0
+        stall = self.stalls[f"m2s_{ch}"] = Stalls(self.rng, self.m2s_idle, **self.bursts)
         while True:
             if cur is None and queue:
-                if idle < queue[0].delay or self.rng.random() < self.m2s_idle:
+                stall.p = self.m2s_idle
+                if idle < queue[0].delay or stall():
                     idle += 1
                 else:
                     cur, idle = queue.popleft(), 0
@@ -292,8 +294,11 @@ class TB:
 
     async def _sink(self, ctx, port, codec: Codec, out: list):
         held, t = None, 0
+        name = "s2m_ndr" if codec is NDR else "s2m_drs"
+        stall = self.stalls[name] = Stalls(self.rng, 0.0, **self.bursts)
         while True:
-            ready = self.rng.random() < self.s2m_ready
+            stall.p = 1.0 - self.s2m_ready          # (tests change it mid-run)
+            ready = not stall()
             ctx.set(port.ready, ready)
             _, rst, valid, payload = await ctx.tick().sample(port.valid, port.payload.as_value())
             t += 1
@@ -337,6 +342,8 @@ class TB:
         r_cur = b_cur = None
         outstanding: set[int] = set()
         held = {}
+        axi_stalls = {k: Stalls(rng, 0.0, **self.bursts) for k in ("ar", "aw", "w")}
+        self.stalls.update({f"axi_{k}": v for k, v in axi_stalls.items()})
         def latency(span):
             return rng.randint(*span)
         def pick(waiting):
@@ -364,7 +371,11 @@ class TB:
                 ctx.set(p.bresp, AxiResp.SLVERR if bad else AxiResp.OKAY)
             ctx.set(p.rvalid, r_cur is not None)
             ctx.set(p.bvalid, b_cur is not None)
-            ready = {k: rng.random() < self.axi_ready for k in ("ar", "aw", "w")}
+            ready = {}
+            for k in ("ar", "aw", "w"):
+                stall = axi_stalls[k]
+                stall.p = 1.0 - self.axi_ready
+                ready[k] = not stall()
             for k, v in ready.items():
                 ctx.set(getattr(p, f"{k}ready"), v)
             sampled = await ctx.tick().sample(
@@ -1099,20 +1110,25 @@ RANDOM_CONFIGS = {"small": small, "odd": odd, "tiny": tiny}
 
 @pytest.mark.parametrize("cfg_name", list(RANDOM_CONFIGS))
 @pytest.mark.parametrize("stress", [False, True], ids=["nostall", "stall"])
-def test_random_traffic(cfg_name, stress):
+def test_random_traffic(cfg_name, stress, seed):
+    """Random M2S traffic (``stall``: 30 % idle and 40 % backpressure per cycle on every
+    channel, and stall bursts of 16 to 96 cycles on each, ``tests.noise``)."""
     cfg = RANDOM_CONFIGS[cfg_name]()
-    seed = _seed(0x5EED + 2 * list(RANDOM_CONFIGS).index(cfg_name) + stress)
     rng = random.Random(seed)
-    knobs = dict(m2s_idle=0.3, s2m_ready=0.6, axi_ready=0.6) if stress else {}
+    knobs = dict(m2s_idle=0.3, s2m_ready=0.6, axi_ready=0.6, bursts=STALL_BURSTS) if stress else {}
     tb = TB(cfg, seed=seed, rd_latency=(1, 12), wr_latency=(1, 12), reorder=True,
             bad_resp=lambda kind, line: line == 1, **knobs)
     lines = rng.sample(range(min(tb.size, cfg.pmem_lines)), 6)
     initial = {line: rng.getrandbits(512) for line in lines}
     tb.pmem.update(initial)
     _random_traffic(tb, rng, 400, [*lines, 1])
-    tb.run(max_cycles=8000)
+    tb.run(max_cycles=40000 if stress else 8000)
     exp = tb.check(initial=initial)
     assert sum(e.pmem is not None for e in exp.values()) > 150
+    if stress:
+        bursts = {k: v.bursts for k, v in tb.stalls.items()}
+        print("stall bursts per channel", bursts)
+        assert sum(bursts.values()) >= 10, f"too few stall bursts: {bursts}"
 
 
 def test_default_config_smoke():
