@@ -649,6 +649,30 @@ class Trainer:
 _FOREVER = 1 << 40
 
 
+def _check_engine_counters(tr: Trainer, counters: dict, first: int) -> None:
+    """The engine's counters since the last reset (batches ``first``..N ran after it)
+    against the counts the workload gives, from which the energy model's device counts
+    are computed: lines gathered and pooled vectors (one per bag) of the LOOKUPs, the
+    UPDATEs' distinct rows and, where every UPDATE took one pass, the gradient items
+    they applied (a counted row's table lines, twice that for bf16)."""
+    items_per_row = tr.lpr * (2 if np.dtype(tr.w.dtype) == emb.BF16 else 1)
+    want = {"ENG_LINES_GATHERED": 0, "ENG_BAGS_POOLED": 0, "ENG_UPD_DISTINCT_ROWS": 0,
+            "ENG_UPD_ITEMS": 0}
+    updates = 0
+    for b in range(first, tr.n + 1):
+        for idx, off in tr.data[b - 1].sparse:
+            want["ENG_LINES_GATHERED"] += len(idx) * tr.lpr
+            want["ENG_BAGS_POOLED"] += len(off)
+            want["ENG_UPD_DISTINCT_ROWS"] += len(np.unique(idx))
+            want["ENG_UPD_ITEMS"] += len(idx) * items_per_row
+            updates += 1
+    if counters["ENG_UPD_PASSES"] != updates:       # a pass re-feeds every item
+        del want["ENG_UPD_ITEMS"]
+    got = {name: counters[name] for name in want}
+    assert got == want, (f"engine counters of batches {first}..{tr.n} {got}, the workload "
+                         f"gives {want}")
+
+
 async def _auto_crash_point(tr: Trainer, task, start: int) -> int:
     """The crash cycle (offset from ``start``) drawn from the data seed: a batch ``c`` in
     2..N-1 and a fraction ``f``; the power fails ``f`` times the previous batch's length
@@ -738,6 +762,8 @@ async def train_dlrm(dut):
                   "ENG_UPD_STORE_LINES", "ENG_UPD_PASSES")
     for name in names:
         counters[name] = await tb.csr.read64(name)
+    if mode == "trainingcxl":
+        _check_engine_counters(tr, counters, start_batch + 1)
     await tb.agent.wait_idle()
     if crash is None:
         # The bench's own count of the same messages since reset (next to LINK_*_BYTES).
