@@ -11,7 +11,8 @@ checked bit for bit:
 
 * the committed batch is at least the last COMMIT that completed before the crash and
   at most the last one issued;
-* every table equals the golden model after exactly that batch (row padding included);
+* every table equals the golden model after exactly that batch (row padding included),
+  and recovery changed no line of the image outside the tables and the commit word;
 * the MLP slot recovery names holds exactly the parameters staged for its batch (payload
   and the contract's header), that batch is not after the committed one, not older than
   a copy seen finished before the crash, and lags the committed batch by at most K;
@@ -155,6 +156,19 @@ class Campaign:
         self.drv.reset_state()
         await self.drv.setup()
 
+    def check_recovery_writes(self, before: dict[int, bytes]) -> None:
+        """Recovery writes only table rows (its restores) and the commit word's line
+        (``docs/checkpoint.md``, "Recovery"): every other line of the image (superblock,
+        log ring, MLP slots, descriptor ring, staging, the rest) is as it was before it."""
+        after = self.tb.pmem.snapshot()
+        zero = bytes(LINE_BYTES)
+        tables = [(t.base, t.base + t.nbytes) for t in self.tables]
+        stray = [a for a in sorted(before.keys() | after.keys())
+                 if before.get(a, zero) != after.get(a, zero) and a != LINE_BYTES
+                 and not any(lo <= a < hi for lo, hi in tables)]
+        assert not stray, (f"recovery changed {len(stray)} lines outside the tables and the "
+                           f"commit word, first at {[hex(a) for a in stray[:4]]}")
+
     async def measure_recovery(self) -> int:
         """Cycles a recovery of the PMEM image as it is takes (from the ``CK_CMD`` write
         to ``CK_STATUS`` seen done, polled every 4 cycles); then the device is reset and
@@ -170,9 +184,11 @@ class Campaign:
         return res.cycles
 
     async def recover_and_check(self) -> int:
+        before = self.tb.pmem.snapshot()
         res = await self.drv.recover()
         self.tb.log.debug("recovery: %s", res)
         assert res.status == 0, f"recovery failed: {res}"
+        self.check_recovery_writes(before)
         c = res.committed
         assert self.completed <= c <= self.issued, (
             f"committed batch {c} after recovery; COMMITs completed up to "
