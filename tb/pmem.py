@@ -551,6 +551,10 @@ class PmemModel:
             mask = strb_mask(strb)
             self._storage[line] = (self._storage.get(line, 0) & ~mask) | (data & mask)
 
+    def pending_write_addrs(self) -> list[int]:
+        """Start addresses of the accepted writes whose B has not been presented."""
+        return [w.addr for w in self._pending_writes()]
+
     def _pending_writes(self) -> list[_Write]:
         """Accepted writes whose B has not been presented, in acceptance order."""
         pending = [w for q in self._writes.values() for w in q if w is not self._b_cur]

@@ -22,6 +22,12 @@ checked bit for bit:
   every ``FRESH_EVERY`` points the device is formatted again with new tables, and one
   last batch after the last point must commit and match the model.
 
+Of every ``DIRECTED_EVERY`` points, those named in ``DIRECTED`` fail the power while a
+write of a short phase (commit word, MLP copy, table row, undo record) is in flight; the
+others at a random cycle. Each point records the phase its failure caught (from the
+PMEM model's report), and each run must have caught every directed phase among its
+points.
+
 A point survives only if all of its checks pass; a failed point is counted, recorded
 (point, crash cycle, seed, the first line of the failure) and the campaign goes on from
 a freshly formatted device; the test fails at the end if any point failed.
@@ -57,6 +63,11 @@ from tb.groups import group
 BATCHES, TABLES, BAGS, POOLING = 2, 2, 4, 3
 #: Crash points between two formats of the device (new tables).
 FRESH_EVERY = 10
+#: Directed crash points: point ``p`` with ``p % DIRECTED_EVERY`` a key of ``DIRECTED``
+#: fails the power while a write of that (short) phase is in flight; the other points at
+#: a random cycle.
+DIRECTED_EVERY = 10
+DIRECTED = {1: "commit word", 3: "MLP copy", 5: "table rows", 7: "undo records"}
 #: The campaign's MLP relaxation (CK_MLP_K) and largest MLP checkpoint (bytes).
 MLP_K, MLP_BYTES = 1, 1024
 
@@ -147,14 +158,48 @@ class Campaign:
                 raise AssertionError(f"table {t.table_id} differs from the golden model after "
                                      f"batch {batch} in rows {bad}")
 
-    async def crash(self) -> None:
-        """Power failure now (once the CSR port is idle), then reset."""
+    async def crash(self) -> str:
+        """Power failure now (once the CSR port is idle), then reset. Returns the phase
+        the failure caught (:meth:`phase`)."""
         tb = self.tb
         await tb.loop.wait_until(lambda: tb.csr.axil.idle(), timeout=1000, what="CSR idle")
         self.mlp_seen = max(self.mlp_seen, self.drv.mlp_done)
-        await tb.reset_device(power_fail=True)
+        _, report = await tb.reset_device(power_fail=True)
         self.drv.reset_state()
         await self.drv.setup()
+        return self.phase(report)
+
+    def region(self, addr: int) -> str:
+        """What the PMEM line at ``addr`` belongs to."""
+        drv = self.drv
+        if addr // LINE_BYTES == 1:
+            return "commit word"
+        if any(t.base <= addr < t.base + t.nbytes for t in self.tables):
+            return "table rows"
+        log_end = drv.log_base + drv.log_slots * drv.slot_lines * LINE_BYTES
+        if drv.log_base <= addr < log_end:
+            return "undo records"
+        if any(base <= addr < base + drv.mlp_bytes + LINE_BYTES for base in drv.mlp):
+            return "MLP copy"
+        return "other writes"
+
+    def phase(self, report) -> str:
+        """The phase a power failure caught, from the PMEM model's report: the kind of
+        the most urgent write it caught pending (the commit word, then the MLP copy, the
+        table rows, the undo records, any other), else ``reads only`` (gather, scatter
+        or descriptor reads in flight) or ``idle`` (nothing in flight: the host was
+        polling or between doorbells)."""
+        kinds = {self.region(w.addr) for w in report.writes}
+        for kind in ("commit word", "MLP copy", "table rows", "undo records", "other writes"):
+            if kind in kinds:
+                return kind
+        return "reads only" if report.reads_lost else "idle"
+
+    def writes_pending(self, kind: str) -> bool:
+        """A write of ``kind`` (:meth:`region`) is in flight and the CSR port is idle (so
+        that :meth:`crash` fails the power at once)."""
+        return (self.tb.csr.axil.idle()
+                and any(self.region(a) == kind for a in self.tb.pmem.pending_write_addrs()))
 
     def check_recovery_writes(self, before: dict[int, bytes]) -> None:
         """Recovery writes only table rows (its restores) and the commit word's line
@@ -250,6 +295,7 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
     inject = tb.params.get("inject_fault")
     survived = rolled = 0
     failures: list[dict] = []
+    phases: dict[str, int] = {}         # what the first power failure of each point caught
     # With ``during_recovery``: per point, how far into its recovery the power failed
     # (fraction of the recovery's measured length) and whether it was still busy.
     second: list[tuple[float, bool]] = []
@@ -260,10 +306,25 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
             c = 0
         at = tb.rng.randrange(window + 50)
         task = cocotb.start_soon(camp.train(c + 1, c + BATCHES))
-        await _wait_or_done(tb, task, at)
+        start = tb.loop.cycle
+        directed = DIRECTED.get(point % DIRECTED_EVERY)
+        if directed is not None:
+            # A directed point: the power fails while a write of that short phase is
+            # in flight (the first time one is, within the window).
+            await tb.loop.wait_until(
+                lambda t=task, k=directed: t.done() or camp.writes_pending(k),
+                timeout=4 * window, what=f"a {directed} write")
+            at = tb.loop.cycle - start
+        else:
+            await _wait_or_done(tb, task, at)
         if not task.done():
             task.cancel()
-        await camp.crash()
+        phase = await camp.crash()
+        phases[phase] = phases.get(phase, 0) + 1
+        tb.log.info("point %d: the power failure caught %s%s", point, phase,
+                    f" (directed: {directed})" if directed else "")
+        if directed is not None:
+            assert phase == directed, f"point {point}: directed at {directed}, caught {phase}"
         if during_recovery:
             # The second failure is drawn over the whole recovery of this very image:
             # its length is measured first (the image is then put back), so the late
@@ -315,8 +376,14 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
         out.write_text(json.dumps({
             "crash_points_tried": len(points), "crash_points_survived": survived,
             "failures": failures, "records_rolled_back": rolled,
-            "batches_per_point": BATCHES, "window_cycles": window,
+            "batches_per_point": BATCHES, "window_cycles": window, "phases": phases,
             "recovery_crashes": _recovery_crashes(second)}, indent=2) + "\n")
+    tb.log.info("phases the power failures caught: %s", phases)
+    # Every phase of the window with a directed point in the run was caught (the
+    # random points spread over the rest: reads, idle polling, other writes).
+    want = {DIRECTED[q % DIRECTED_EVERY] for q in points if q % DIRECTED_EVERY in DIRECTED}
+    missing = sorted(k for k in want if not phases.get(k))
+    assert not missing, f"no crash point caught {missing}: {phases}"
     if second:
         tb.log.info("second power failures, by tenth of the recovery: %s",
                     _recovery_crashes(second))
