@@ -158,16 +158,16 @@ class Campaign:
                 raise AssertionError(f"table {t.table_id} differs from the golden model after "
                                      f"batch {batch} in rows {bad}")
 
-    async def crash(self) -> str:
-        """Power failure now (once the CSR port is idle), then reset. Returns the phase
-        the failure caught (:meth:`phase`)."""
+    async def crash(self) -> set[str]:
+        """Power failure now (once the CSR port is idle), then reset. Returns what the
+        failure caught (:meth:`caught`)."""
         tb = self.tb
         await tb.loop.wait_until(lambda: tb.csr.axil.idle(), timeout=1000, what="CSR idle")
         self.mlp_seen = max(self.mlp_seen, self.drv.mlp_done)
         _, report = await tb.reset_device(power_fail=True)
         self.drv.reset_state()
         await self.drv.setup()
-        return self.phase(report)
+        return self.caught(report)
 
     def region(self, addr: int) -> str:
         """What the PMEM line at ``addr`` belongs to."""
@@ -183,17 +183,23 @@ class Campaign:
             return "MLP copy"
         return "other writes"
 
-    def phase(self, report) -> str:
-        """The phase a power failure caught, from the PMEM model's report: the kind of
-        the most urgent write it caught pending (the commit word, then the MLP copy, the
-        table rows, the undo records, any other), else ``reads only`` (gather, scatter
-        or descriptor reads in flight) or ``idle`` (nothing in flight: the host was
-        polling or between doorbells)."""
+    def caught(self, report) -> set[str]:
+        """What a power failure caught, from the PMEM model's report: the kinds
+        (:meth:`region`) of the writes in flight, else ``reads only`` (gather, scatter or
+        descriptor reads in flight) or ``idle`` (nothing in flight: the host was polling
+        or between doorbells)."""
         kinds = {self.region(w.addr) for w in report.writes}
-        for kind in ("commit word", "MLP copy", "table rows", "undo records", "other writes"):
-            if kind in kinds:
+        return kinds or {"reads only" if report.reads_lost else "idle"}
+
+    @staticmethod
+    def phase(caught: set[str]) -> str:
+        """One phase for the histogram: the most urgent kind caught (the commit word,
+        then the MLP copy, the table rows, the undo records, any other write)."""
+        for kind in ("commit word", "MLP copy", "table rows", "undo records", "other writes",
+                     "reads only"):
+            if kind in caught:
                 return kind
-        return "reads only" if report.reads_lost else "idle"
+        return "idle"
 
     def writes_pending(self, kind: str) -> bool:
         """A write of ``kind`` (:meth:`region`) is in flight and the CSR port is idle (so
@@ -319,12 +325,13 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
             await _wait_or_done(tb, task, at)
         if not task.done():
             task.cancel()
-        phase = await camp.crash()
-        phases[phase] = phases.get(phase, 0) + 1
-        tb.log.info("point %d: the power failure caught %s%s", point, phase,
-                    f" (directed: {directed})" if directed else "")
+        caught = await camp.crash()
         if directed is not None:
-            assert phase == directed, f"point {point}: directed at {directed}, caught {phase}"
+            assert directed in caught, f"point {point}: directed at {directed}, caught {caught}"
+        phase = directed or camp.phase(caught)
+        phases[phase] = phases.get(phase, 0) + 1
+        tb.log.info("point %d: the power failure caught %s%s", point, ", ".join(sorted(caught)),
+                    f" (directed: {directed})" if directed else "")
         if during_recovery:
             # The second failure is drawn over the whole recovery of this very image:
             # its length is measured first (the image is then put back), so the late
