@@ -222,12 +222,12 @@ class Campaign:
 
     async def measure_recovery(self) -> int:
         """Cycles a recovery of the PMEM image as it is takes (from the ``CK_CMD`` write
-        to ``CK_STATUS`` seen done, polled every 4 cycles); then the device is reset and
+        to ``CK_STATUS`` seen done, polled every 16 cycles); then the device is reset and
         the image put back as it was, so that a recovery can start again from the same
         state."""
         tb = self.tb
         image = tb.pmem.snapshot()
-        res = await self.drv.recover(poll=4)
+        res = await self.drv.recover(poll=16)
         await tb.reset_device()
         tb.pmem.restore(image)
         self.drv.reset_state()
