@@ -169,12 +169,15 @@ class Campaign:
         await self.drv.setup()
         return self.caught(report)
 
+    def in_table(self, addr: int) -> bool:
+        return any(t.base <= addr < t.base + t.nbytes for t in self.tables)
+
     def region(self, addr: int) -> str:
         """What the PMEM line at ``addr`` belongs to."""
         drv = self.drv
         if addr // LINE_BYTES == 1:
             return "commit word"
-        if any(t.base <= addr < t.base + t.nbytes for t in self.tables):
+        if self.in_table(addr):
             return "table rows"
         log_end = drv.log_base + drv.log_slots * drv.slot_lines * LINE_BYTES
         if drv.log_base <= addr < log_end:
@@ -213,10 +216,9 @@ class Campaign:
         log ring, MLP slots, descriptor ring, staging, the rest) is as it was before it."""
         after = self.tb.pmem.snapshot()
         zero = bytes(LINE_BYTES)
-        tables = [(t.base, t.base + t.nbytes) for t in self.tables]
         stray = [a for a in sorted(before.keys() | after.keys())
-                 if before.get(a, zero) != after.get(a, zero) and a != LINE_BYTES
-                 and not any(lo <= a < hi for lo, hi in tables)]
+                 if before.get(a, zero) != after.get(a, zero)
+                 and self.region(a) not in ("table rows", "commit word")]
         assert not stray, (f"recovery changed {len(stray)} lines outside the tables and the "
                            f"commit word, first at {[hex(a) for a in stray[:4]]}")
 

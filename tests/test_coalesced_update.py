@@ -57,6 +57,7 @@ from sim.embedding import (
     bags,
     in_pass,
     lines_per_row,
+    overflow_at,
     pack_rows,
     random_bags,
     unpack_rows,
@@ -269,12 +270,12 @@ def desc(table: Table, indices, offsets, grads, weights=None, *, acc_rows: int =
     offsets = np.asarray(offsets, np.int32)
     counted = [r for bag in bags(indices, offsets) for r in bag if in_pass(r, *pass_)]
     rows = list(dict.fromkeys(counted))
-    overflow_at = 0
-    if len(rows) > acc_rows:        # the index naming row acc_rows + 1 first
-        overflow_at = counted.index(rows[acc_rows])
+    # The golden overflow point; rows only (one line each against acc_rows lines): the
+    # bench's accumulator has lines for acc_rows rows of the widest item count.
+    at = overflow_at(counted, 1, (acc_rows, acc_rows))
     d = Desc(table, indices, offsets, weights, grads, end=end, nop_fraction=nop_fraction,
              updates=len(counted), distinct=len(rows), overflow=len(rows) > acc_rows,
-             overflow_at=overflow_at, rows=rows, bad_at=bad_at, pass_=pass_)
+             overflow_at=at or 0, rows=rows, bad_at=bad_at, pass_=pass_)
     if d.writes:
         new = update(table.want, indices, offsets, grads, weights=weights,
                      rounding="nearest")
