@@ -8,6 +8,7 @@
 #   make ruff     ruff on the Python only (seconds; CI runs it before the tests)
 #   make bench    benchmarks, JSON under build/bench/
 #   make sweep    speedup over the baselines across platform and workload (build/bench/sweep*)
+#   make campaign N=<points>  the crash campaign in parallel chunks (build/campaign/summary.json)
 #   make synth    Yosys + nextpnr-ecp5 resource and Fmax estimate, JSON under build/synth/
 # Variables: SIM=verilator|icarus  CONFIG=<preset name or .toml path>  WAVES=1  SEED=<n>
 #            CRASH_AT=<cycles>|-1 (make sim: when the power fails; -1: never)
@@ -28,11 +29,11 @@ TEST_SIM := $(if $(filter command line environment,$(origin SIM)),$(SIM))
 # make lint checks every preset unless CONFIG is given.
 LINT_CONFIGS := $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG))
 
-.PHONY: all venv verilog sim test test-fast lint ruff bench sweep synth clean check-icarus check-sim help
+.PHONY: all venv verilog sim test test-fast lint ruff bench sweep campaign synth clean check-icarus check-sim help
 all: help
 
 help:
-	@sed -n '2,15p' Makefile
+	@sed -n '2,/^$$/p' Makefile
 
 # First use: create .venv and install the pinned dependencies from pyproject.toml.
 $(STAMP): pyproject.toml
@@ -88,6 +89,15 @@ bench: $(STAMP) check-sim
 # 31 RTL points; build/bench/sweep.json and PNG heatmaps. About 20 minutes on 2 cores.
 sweep: $(STAMP) check-sim
 	$(PY) -m sim.sweep --config $(CONFIG) --sim $(SIM) $(if $(SEED),--seed $(SEED))
+
+# The crash campaign at scale (sim/campaign.py): N crash points in chunks of CHUNK, one
+# simulator run each, on all local cores (JOBS) or a Dask cluster (DASK=<address>|local;
+# Dask comes with the dev extra); build/campaign/summary.json. CONFIG defaults to small here.
+N     ?= 200
+CHUNK ?= 50
+
+campaign: $(STAMP) check-sim
+	$(PY) -m sim.campaign --points $(N) --chunk $(CHUNK) --sim $(SIM) $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG)) $(if $(SEED),--seed $(SEED)) $(if $(JOBS),--jobs $(JOBS)) $(if $(DASK),--dask $(DASK))
 
 # Resource / Fmax estimate on an ECP5-85F (out of context); installs the YoWASP tools on first use.
 SYNTH_STAMP := $(VENV)/.installed-synth

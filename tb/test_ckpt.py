@@ -362,6 +362,7 @@ async def _campaign(dut, name: str, *, during_recovery: bool = False):
             await camp.resume(c)
         except (AssertionError, TimeoutError) as e:
             failures.append({"point": point, "at": at, "seed": tb.seed,
+                             "kind": type(e).__name__,
                              "error": str(e).splitlines()[0][:300]})
             tb.log.error("point %d (crash at +%d cycles) FAILED: %s", point, at, e)
             camp.corrupt_after_recovery = False
