@@ -8,6 +8,7 @@
 #   make ruff     ruff on the Python only (seconds; CI runs it before the tests)
 #   make bench    benchmarks, JSON under build/bench/
 #   make sweep    speedup over the baselines across platform and workload (build/bench/sweep*)
+#   make fuzz     the descriptor fuzzer, 10,000 descriptors (build/bench/robustness.json)
 #   make campaign N=<points>  the crash campaign in parallel chunks (build/campaign/summary.json)
 #   make synth    Yosys + nextpnr-ecp5 resource and Fmax estimate, JSON under build/synth/
 # Variables: SIM=verilator|icarus  CONFIG=<preset name or .toml path>  WAVES=1  SEED=<n>
@@ -29,7 +30,7 @@ TEST_SIM := $(if $(filter command line environment,$(origin SIM)),$(SIM))
 # make lint checks every preset unless CONFIG is given.
 LINT_CONFIGS := $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG))
 
-.PHONY: all venv verilog sim test test-fast lint ruff bench sweep campaign synth clean check-icarus check-sim help
+.PHONY: all venv verilog sim test test-fast lint ruff bench sweep fuzz campaign synth clean check-icarus check-sim help
 all: help
 
 help:
@@ -89,6 +90,14 @@ bench: $(STAMP) check-sim
 # 31 RTL points; build/bench/sweep.json and PNG heatmaps. About 20 minutes on 2 cores.
 sweep: $(STAMP) check-sim
 	$(PY) -m sim.sweep --config $(CONFIG) --sim $(SIM) $(if $(SEED),--seed $(SEED))
+
+# The descriptor fuzzer (sim/fuzz.py): DESCRIPTORS random descriptors in one run, each
+# checked against the golden models; figures into build/bench/robustness.json.
+# CONFIG defaults to small here.
+DESCRIPTORS ?= 10000
+
+fuzz: $(STAMP) check-sim
+	$(PY) -m sim.fuzz --descriptors $(DESCRIPTORS) --sim $(SIM) $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG)) $(if $(SEED),--seed $(SEED))
 
 # The crash campaign at scale (sim/campaign.py): N crash points in chunks of CHUNK, one
 # simulator run each, on all local cores (JOBS) or a Dask cluster (DASK=<address>|local;

@@ -14,10 +14,13 @@ the ``pmem_*`` timing knobs of :meth:`~tb.device_tb.DeviceTB.timing_from_params`
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import cocotb
 import numpy as np
 
-from hw.engine.descriptor import DescKind, PoolMode, Status
+from hw.engine.descriptor import ADDR_BITS, DescKind, PoolMode, Status
 from hw.engine.engine import PMEM_KIND_CSRS
 from sim import embedding as emb
 from sim.embedding import BF16, FP32, LINE_BYTES
@@ -498,3 +501,174 @@ async def test_bad_descriptors(dut):
     await tb.csr.write("ENG_ERR", 0b111)
     assert await tb.csr.read("ENG_ERR") == 0
     await _finish(tb, drv)
+
+
+# --- Descriptor fuzzer --------------------------------------------------------------------
+
+#: Descriptors between two runs of the ring in the fuzzer (the ring has 16 slots).
+FUZZ_RUN = 8
+
+
+def _fuzz_field_mutators(tb: DeviceTB, table, batch: Batch) -> dict:
+    """Per descriptor field, a function of a generator giving a value for it that the
+    golden ``validate`` rejects, or one that leaves the descriptor's meaning unchanged
+    (an address the descriptor does not use, a larger ``rows``, an echoed id), so that
+    whatever status the golden model gives, its expected tables and output hold."""
+    size = tb.config.pmem_size
+    top = 1 << ADDR_BITS
+
+    def misaligned(base):
+        return lambda r: base + int(r.integers(1, LINE_BYTES))
+
+    def beyond(r):              # aligned, at or past the end of memory, or at the very top
+        return int(r.choice([size + LINE_BYTES * int(r.integers(0, 4)),
+                             top - LINE_BYTES * int(r.integers(1, 4)),
+                             size - LINE_BYTES * int(r.integers(0, 2)) + size]))
+
+    def addr(base):
+        return lambda r: misaligned(base)(r) if r.random() < 0.5 else beyond(r)
+
+    def big(r, *more):          # a count whose buffer cannot fit in memory
+        return int(r.choice([2**32 - 1, 2**31, size // 4 + 1, *more]))
+    bad_kinds = [k for k in range(256) if k not in {d.value for d in DescKind}]
+    return {
+        "kind": lambda r: int(r.choice(bad_kinds + [DescKind.MLP_CHECKPOINT.value] * 8)),
+        "mode": lambda r: int(r.integers(0, 4)),
+        "dim": lambda r: int(r.choice([0, tb.config.engine_max_dim + int(r.integers(1, 64)),
+                                       4096, 4097, 2**16 - 1])),
+        "rsvd_flag": lambda r: 1,
+        "capture_undo": lambda r: 1,    # checkpointing is off: no capture, no effect
+        "weights_with_mean_or_max": lambda r: {"weighted": 1,
+                                               "mode": int(r.choice([1, 2, 3]))},
+        "table_base": lambda r: (misaligned(table.base)(r) if r.random() < 0.5
+                                 else int(r.choice([size - LINE_BYTES, top - LINE_BYTES]))),
+        "rows": lambda r: int(r.choice([0, 1, table.rows + int(r.integers(0, 1000)),
+                                        2**32 - 1, max(0, int(batch.indices.max(initial=0)))])),
+        "num_bags": lambda r: big(r, size // LINE_BYTES),
+        "num_indices": big,
+        "indices_addr": addr(0),
+        "offsets_addr": addr(0),
+        "weights_addr": addr(0),
+        "data_addr": addr(0),
+        "padding_idx": (lambda r: int(r.integers(0, 2**32)))
+                       if batch.padding_idx is None else (lambda r: batch.padding_idx),
+        "table_id": lambda r: int(r.integers(0, 2**16)),
+        "batch_id": lambda r: int(r.integers(0, 2**32)),
+        "cookie": lambda r: int(r.integers(0, 2**63)) * 2 + int(r.integers(0, 2)),
+    }
+
+
+def _fuzz_contents(rng: np.random.Generator, batch: Batch, rows: int) -> Batch:
+    """``batch`` with its offsets or indices made bad in one of the ways the sequencer
+    checks, for a descriptor of ``rows`` rows (the golden model sees the same buffers, so
+    any status stays exact)."""
+    idx, off = batch.indices.copy(), batch.offsets.copy()
+    what = int(rng.integers(0, 6))
+    if what == 0 and len(off) >= 2:
+        k = int(rng.integers(0, len(off) - 1))
+        off[k], off[k + 1] = off[k + 1] + 1, off[k]             # decreasing
+    elif what == 1 and len(off):
+        off[0] = int(rng.choice([1, -1, 2**31 - 1]))             # first offset not 0
+    elif what == 2 and len(off):
+        off[-1] = len(idx) + int(rng.integers(1, 5))             # past the indices
+    elif len(idx):
+        k = int(rng.integers(0, len(idx)))
+        idx[k] = int(rng.choice([-1, -2**31] + [r for r in (rows, rows + 1, 2**31 - 1)
+                                                if rows <= r < 2**31]))
+    return Batch(idx, off, batch.include_last_offset, batch.weights, batch.padding_idx)
+
+
+@group("fuzz")
+@cocotb.test()
+async def test_descriptor_fuzz(dut):
+    """Random descriptors (``n_fuzz`` of them): random legal batches of every shape, and
+    in most descriptors one to three fields set to a value the golden ``validate``
+    rejects or that leaves their meaning unchanged (``_fuzz_field_mutators``) or bad
+    offsets or indices, so that several errors combine and the order of the checks is
+    tested. Each completes with exactly the golden status and record, its table is as
+    the golden model has it (unchanged on an error), a rejected LOOKUP leaves its output
+    buffer untouched, ``ENG_ERR`` holds the first error since it was last cleared, and
+    the engine keeps working (unchanged descriptors are mixed in throughout)."""
+    tb, drv, rng = await _start(dut, "descriptor_fuzz", idle=True, backpressure=True)
+    n = tb.params.get("n_fuzz", 200)
+    dims = _dims(tb)
+    tables = [await drv.add_table(rng=rng, data=random_table(rng, 24, d, dt))
+              for d in (dims[0], dims[-1]) for dt in (FP32, BF16)]
+    mark = drv.heap.next
+    statuses: dict[str, int] = {}
+    runs, first_bad, poisoned, fuzzed = 0, None, [], {}
+    for i in range(n):
+        table = tables[int(rng.integers(0, len(tables)))]
+        kind = DescKind.LOOKUP if rng.random() < 0.5 else DescKind.UPDATE
+        batch = _random_batch(rng, table.rows, int(rng.integers(0, 7)),
+                              pooling=float(rng.uniform(1, 4)),
+                              weighted=rng.random() < 0.3, padding=rng.random() < 0.3,
+                              include_last=rng.random() < 0.3)
+        over: dict = {}
+        if rng.random() < 0.75:
+            muts = _fuzz_field_mutators(tb, table, batch)
+            names = rng.choice(sorted(muts), size=int(rng.integers(1, 4)), replace=False)
+            values = {name: muts[name](rng) for name in names}
+            # Fields set together (weights with mean or max) go last, so that another
+            # mutator's mode cannot make them a meaningful weighted SUM.
+            for name, value in sorted(values.items(), key=lambda kv: isinstance(kv[1], dict)):
+                over |= value if isinstance(value, dict) else {str(name): value}
+            if rng.random() < 0.25:
+                # Out of range for the descriptor's rows, fuzzed or not (an index past a
+                # fuzzed larger ``rows`` would be legal and read past the table).
+                batch = _fuzz_contents(rng, batch, over.get("rows", table.rows))
+        mode = PoolMode(int(rng.integers(0, 3)) if kind is DescKind.LOOKUP
+                        else int(rng.integers(0, 2)))
+        if batch.weights is not None:
+            mode = PoolMode.SUM
+        mode = over.pop("mode", mode)           # a mutated mode wins
+        capture = bool(over.pop("capture_undo", 0))     # a LOOKUP's flag only
+        if kind is DescKind.LOOKUP:
+            exp = await drv.lookup(table, batch, mode=mode, capture_undo=capture, **over)
+        else:
+            grads = rng.standard_normal((batch.num_bags, table.dim)).astype(np.float32)
+            exp = await drv.update(table, batch, grads, mode=mode, **over)
+        statuses[exp.status.name] = statuses.get(exp.status.name, 0) + 1
+        if exp.status is not Status.OK:
+            first_bad = first_bad or exp
+            if exp.kind == DescKind.LOOKUP.value and "data_addr" not in over:
+                n_out = batch.num_bags * emb.lines_per_row(table.dim, table.data.dtype)
+                poisoned.append((exp.fields["data_addr"], max(n_out, 1) * LINE_BYTES))
+        fuzzed[exp.seq] = (kind.name, over, batch)
+        if (i + 1) % FUZZ_RUN == 0 or i == n - 1:
+            try:
+                await drv.run()
+            except AssertionError as e:      # name what was fuzzed in this run
+                raise AssertionError(f"{e}\nfuzzed in this run (seq: kind, fields, batch): "
+                                     f"{fuzzed}") from e
+            for addr, nbytes in poisoned:       # a rejected LOOKUP wrote no output
+                assert drv.image(addr, nbytes) == bytes([0xA5]) * nbytes, (
+                    f"a rejected LOOKUP wrote its output buffer at {addr:#x}")
+            await _check_first_error(tb, first_bad)
+            runs, first_bad, poisoned, fuzzed = runs + 1, None, [], {}
+            drv.heap.release(mark)
+    tb.log.info("%d fuzzed descriptors in %d runs; statuses %s", n, runs, statuses)
+    # The mix reaches every status a descriptor can earn with checkpointing off.
+    want = {s.name for s in Status} - {"LOG_FULL", "BAD_BATCH", "READ_ERROR"}
+    if n >= 200:
+        assert want <= set(statuses), f"statuses never produced: {want - set(statuses)}"
+    if "out" in tb.params:
+        Path(tb.params["out"]).write_text(json.dumps(
+            {"fuzzed_descriptors": n, "statuses": statuses, "seed": tb.seed}) + "\n")
+    await _finish(tb, drv)
+
+
+async def _check_first_error(tb: DeviceTB, first_bad) -> None:
+    """``ENG_ERR.DESC_ERROR`` with the first failing descriptor's seq, status and kind
+    since the last clear (or clear); then clear it."""
+    err = await tb.csr.read("ENG_ERR")
+    if first_bad is None:
+        assert not err & 1, f"ENG_ERR {err:#x} with no descriptor failed"
+        return
+    assert err & 1, f"ENG_ERR {err:#x}: DESC_ERROR not set"
+    seq, info = await tb.csr.read("ENG_ERR_SEQ"), await tb.csr.read("ENG_ERR_INFO")
+    assert (seq, info & 0xFF, info >> 8) == (first_bad.seq & 0xFFFF_FFFF,
+                                             first_bad.status.value, first_bad.kind), (
+        f"ENG_ERR_SEQ {seq}, ENG_ERR_INFO {info:#x}; first failure: seq {first_bad.seq} "
+        f"{first_bad.status.name} kind {first_bad.kind}")
+    await tb.csr.write("ENG_ERR", 0b111)

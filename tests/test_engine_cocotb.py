@@ -23,6 +23,9 @@ CASES = sim_configs({"verilator": ("small",), "icarus": ("odd",)})
 #: Descriptors per idle/backpressure variant of the random tests (four variants on
 #: Verilator, one on Icarus).
 N_DESC = {"verilator": 12, "icarus": 6}
+#: Descriptors of the descriptor fuzzer (``test_descriptor_fuzz``; ``make fuzz`` runs
+#: 10,000).
+N_FUZZ = {"verilator": 300, "icarus": 60}
 
 
 #: ``{group: [cocotb test names]}``, from the ``@group`` tags in ``tb/test_engine.py``.
@@ -35,4 +38,4 @@ GROUPS = groups("tb.test_engine")
 def test_engine(sim: str, config: str, group: str) -> None:
     names = GROUPS[group] if sim == "verilator" else noisiest(GROUPS[group])
     run_cocotb_group("tb.test_engine", config, sim, group, names,
-                     {"n_desc": N_DESC[sim], "n_txn": 600})
+                     {"n_desc": N_DESC[sim], "n_txn": 600, "n_fuzz": N_FUZZ[sim]})
