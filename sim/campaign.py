@@ -22,7 +22,8 @@ survived, hangs (a point whose wait timed out, or a chunk that ended without its
 result), corruptions (a point whose checks found a wrong table, MLP slot or commit
 word), the phases the power failures caught and, for the recovery variant, where in the
 recovery the second failures fell. Every failed point lists the command that replays its
-chunk (same seed, same points: the run is deterministic for a seed).
+chunk (same seed, same points: the run is deterministic for a seed). The counts also go
+into ``build/bench/robustness.json``.
 """
 
 from __future__ import annotations
@@ -39,12 +40,16 @@ from pathlib import Path
 
 from hw.config import load_config
 
+from .fuzz import update_robustness
 from .runner import BUILD, build, run
 
 __all__ = ["VARIANTS", "Chunk", "chunks", "main", "merge", "run_chunk", "summarise"]
 
 #: The campaign variants: the cocotb test each chunk of it runs (``tb/test_ckpt.py``).
 VARIANTS = {"campaign": "test_crash_campaign", "recovery": "test_crash_during_recovery"}
+
+#: The summary's figures ``build/bench/robustness.json`` takes.
+ROBUSTNESS_KEYS = ("crash_points_tried", "crash_points_survived", "hangs", "corruptions")
 
 #: Failure kinds (the exception a point's check raised) counted as hangs; the others
 #: (``AssertionError``: a wrong table, slot or commit word) as corruptions.
@@ -242,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.jobs} at a time ...", flush=True)
         summary = campaign(work, args.jobs, args.dask)
     _write(summary, args.out)
+    update_robustness({k: summary[k] for k in ROBUSTNESS_KEYS}
+                      | {"crash_campaign_summary": str(args.out)})
     print(_report(summary))
     for f in summary["failures"] + summary["runs_failed"]:
         print(f"  replay: {f['replay']}")

@@ -224,6 +224,9 @@ class TrafficMix:
     #: Req / RwD with a reserved opcode.
     ReservedReq: float = 0
     ReservedRwd: float = 0
+    #: MemRdFwd / MemWrFwd with no CXL.cache request of the device outstanding (no
+    #: response; only right while the device's CXL.cache side is idle).
+    UnexpectedFwd: float = 0
 
     def items(self) -> list[tuple[str, float]]:
         return [(k, getattr(self, k)) for k in self.__dataclass_fields__ if getattr(self, k) > 0]
@@ -991,6 +994,9 @@ class HostAgent:
             return self.send_req(rng.choice(_RESERVED_REQ), line, **common)
         if kind == "ReservedRwd":
             return self.send_rwd(rng.choice(_RESERVED_RWD), line, **common)
+        if kind == "UnexpectedFwd":
+            return self.send_req(rng.choice((M2SReqOpcode.MemRdFwd, M2SReqOpcode.MemWrFwd)),
+                                 line, meta_value=MetaValue.Any, **common)
         meta = {"meta_field": rng.choice((MetaField.Meta0State, MetaField.NoOp)),
                 "meta_value": rng.choice((MetaValue.Invalid, MetaValue.Any, MetaValue.Shared))}
         if kind == "MemWr":

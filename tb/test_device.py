@@ -10,7 +10,9 @@ requests per random-traffic test, default 2000) and the ``pmem_*`` timing knobs 
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import cocotb
 
@@ -36,6 +38,12 @@ NOISE = {"idle": [False, True], "backpressure": [False, True]}
 #: The default mix with a few percent of bad requests among the good ones.
 WITH_BAD_INPUT = TrafficMix(OutOfRange=1, Poisoned=1, EmptyPtl=0.5, ReservedReq=0.5,
                             ReservedRwd=0.5)
+#: The CXL.mem fuzzer's mix: every legal request at the default weights, and about a
+#: fifth bad requests of every kind the device receives on M2S Req and RwD.
+FUZZ_MIX = TrafficMix(OutOfRange=8, Poisoned=8, EmptyPtl=4, ReservedReq=4, ReservedRwd=4,
+                      UnexpectedFwd=3)
+#: Requests between two checks of the error CSRs in the fuzzer.
+FUZZ_ROUND = 500
 #: Mostly reads: a write waits until nothing of its ordering bucket is in flight, so a
 #: write-rich mix never fills the device.
 READ_HEAVY = TrafficMix(MemRd=60, MemRdData=15, MemWr=4, MemWrPtl=4, MemInv=3, MemInvNT=2,
@@ -915,4 +923,43 @@ async def test_write_forward_progress(dut):
         f"MemWr of line {line:#x} not accepted within {bound} cycles "
         f"({'never, within ' + str(4 * bound) if delay is None else delay}) while reads of "
         f"the same line kept being accepted: the RwD channel starves")
+    await tb.finish()
+
+
+@group("fuzz")
+@cocotb.test()
+async def test_cxl_mem_fuzz(dut):
+    """CXL.mem fuzzer: ``n_msgs`` random M2S messages (``FUZZ_MIX``): every legal
+    opcode with random metadata, LD-ID, traffic class, byte enables (garbage where the
+    opcode ignores them) and tags, mixed with out-of-range, poisoned, empty partial,
+    reserved-opcode and unexpected forward requests, on hot and spread lines, with
+    random idle cycles and backpressure on every channel and a PMEM of random timing.
+    The host agent checks every response exactly (a legal request unanswered within its
+    timeout fails the test), the error CSRs must hold the first error of every round of
+    ``FUZZ_ROUND`` requests, PMEM must equal the golden memory at the end (no write
+    outside the window or from a rejected request), and legal traffic is served
+    afterwards."""
+    rng = random.Random(cocotb.RANDOM_SEED ^ 0xF022)
+    timing = PmemTiming(read_latency=rng.randint(20, 100), write_latency=rng.randint(10, 100),
+                        peak_lines_per_cycle=4.0, channels=4, jitter=rng.randint(0, 32))
+    tb = await _started(dut, "cxl_mem_fuzz", idle=True, backpressure=True, timing=timing)
+    n = tb.params.get("n_msgs", 1000)
+    kinds: dict[str, int] = {}
+    sent = 0
+    while sent < n:
+        txns = await tb.agent.run_random(min(FUZZ_ROUND, n - sent), mix=FUZZ_MIX,
+                                         hot_fraction=rng.choice((0.02, 0.5, 0.9)))
+        for t in txns:
+            k = "legal" if not t.err_bits else f"error {t.err_bits:#x}"
+            kinds[k] = kinds.get(k, 0) + 1
+        sent += len(txns)
+        await tb.check_errors()
+    bad = sum(v for k, v in kinds.items() if k != "legal")
+    tb.log.info("%d fuzzed CXL.mem messages, %d of them bad: %s", sent, bad, kinds)
+    assert bad and kinds.get("legal"), kinds
+    await tb.agent.run_random(200)
+    await tb.check_errors()
+    if "out" in tb.params:
+        Path(tb.params["out"]).write_text(json.dumps(
+            {"fuzzed_cxl_messages": sent, "kinds": kinds, "seed": tb.seed}) + "\n")
     await tb.finish()

@@ -37,6 +37,8 @@ N_TXN = {
 }
 #: ``n_txn`` of the other groups (reset and power-failure tests run a fraction of it).
 N_DIRECTED = {"verilator": 2000, "icarus": 1000}
+#: Messages of the CXL.mem fuzzer (``test_cxl_mem_fuzz``; ``make fuzz`` runs 100,000).
+N_FUZZ = {"verilator": 1500, "icarus": 300}
 
 
 #: ``{group: [cocotb test names]}``, from the ``@group`` tags in ``tb/test_device.py``.
@@ -49,4 +51,5 @@ GROUPS = groups("tb.test_device")
 def test_device(sim: str, config: str, group: str) -> None:
     n_txn = N_TXN[sim].get(config, N_TXN[sim]["small"]) if group == "random" else N_DIRECTED[sim]
     names = GROUPS[group] if sim == "verilator" else noisiest(GROUPS[group])
-    run_cocotb_group("tb.test_device", config, sim, group, names, {"n_txn": n_txn})
+    run_cocotb_group("tb.test_device", config, sim, group, names,
+                     {"n_txn": n_txn, "n_msgs": N_FUZZ[sim]})
