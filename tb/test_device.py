@@ -950,7 +950,8 @@ async def test_cxl_mem_fuzz(dut):
         txns = await tb.agent.run_random(min(FUZZ_ROUND, n - sent), mix=FUZZ_MIX,
                                          hot_fraction=rng.choice((0.02, 0.5, 0.9)))
         for t in txns:
-            k = "legal" if not t.err_bits else f"error {t.err_bits:#x}"
+            k = "+".join(name for name, bit in vars(ErrBit).items()
+                         if isinstance(bit, int) and t.err_bits >> bit & 1) or "legal"
             kinds[k] = kinds.get(k, 0) + 1
         sent += len(txns)
         await tb.check_errors()
