@@ -11,6 +11,7 @@
 #   make fuzz     the fuzzers: 10,000 descriptors, 100,000 CXL.mem messages (build/bench/robustness.json)
 #   make campaign N=<points>  the crash campaign in parallel chunks (build/campaign/summary.json)
 #   make synth    Yosys + nextpnr-ecp5 resource and Fmax estimate, JSON under build/synth/
+#   make formal   bounded proofs of the bus rules (yosys-smtbmc), JSON under build/formal/
 # Variables: SIM=verilator|icarus  CONFIG=<preset name or .toml path>  WAVES=1  SEED=<n>
 #            CRASH_AT=<cycles>|-1 (make sim: when the power fails; -1: never)
 #            PLATFORM=<name>[:<field>=<value>,...] (make sim, and make bench's system
@@ -30,7 +31,7 @@ TEST_SIM := $(if $(filter command line environment,$(origin SIM)),$(SIM))
 # make lint checks every preset unless CONFIG is given.
 LINT_CONFIGS := $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG))
 
-.PHONY: all venv verilog sim test test-fast lint ruff bench sweep fuzz campaign synth clean check-icarus check-sim help
+.PHONY: all venv verilog sim test test-fast lint ruff bench sweep fuzz campaign synth formal clean check-icarus check-sim help
 all: help
 
 help:
@@ -117,6 +118,16 @@ $(SYNTH_STAMP): $(STAMP)
 
 synth: $(SYNTH_STAMP)
 	$(PY) -m sim.synth --config $(CONFIG)
+
+# Bounded proofs of the bus rules (sim/formal, docs/verification.md); installs Yosys
+# (YoWASP) and the Yices solver on first use. About 2.5 minutes on 2 cores.
+FORMAL_STAMP := $(VENV)/.installed-formal
+$(FORMAL_STAMP): $(STAMP)
+	$(VENV)/bin/pip install -q ".[formal]"
+	@touch $@
+
+formal: $(FORMAL_STAMP)
+	$(PY) -m sim.formal --mutations
 
 clean:
 	rm -rf build

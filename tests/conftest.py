@@ -31,12 +31,12 @@ def pytest_addoption(parser) -> None:
 
 def _select_fast(config, items) -> None:
     """``--fast``: keep each test function once (its first parameter set) among the
-    tests that are neither ``slow`` nor ``verilog`` nor ``long``; deselect the rest
-    (``make test`` runs them all)."""
+    tests that are neither ``slow`` nor ``verilog`` nor ``long`` nor ``formal``; deselect
+    the rest (``make test`` runs them all)."""
     keep, drop, seen = [], [], set()
     for item in items:
         func = (item.path, getattr(item, "originalname", item.name))
-        tiered = any(item.get_closest_marker(m) for m in ("slow", "verilog", "long"))
+        tiered = any(item.get_closest_marker(m) for m in ("slow", "verilog", "long", "formal"))
         if tiered or func in seen:
             drop.append(item)
         else:
