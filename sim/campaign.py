@@ -4,12 +4,12 @@ A campaign of ``--points`` crash points is cut into chunks of ``--chunk`` points
 chunk is one simulator run of the campaign test of ``tb/test_ckpt.py`` (it formats the
 device, measures the uncrashed window, then per point trains, fails the power at a
 random cycle or in a directed phase, recovers and checks every invariant bit for bit;
-``docs/checkpoint.md``, "Crash campaign"), with its own seed: chunk ``i`` of a campaign
-started at ``--seed S`` runs with seed ``S + i``, so a campaign is a range of seeds and
-two campaigns over disjoint ranges merge into one (``--merge``). Chunks alternate
-between the two variants of the test: ``campaign`` (one power failure per point) and
-``recovery`` (a second power failure during the recovery, drawn over its measured
-length), unless ``--variants`` names one.
+``docs/verification.md``, "The crash campaign"), with its own seed: chunk ``i`` of a
+campaign started at ``--seed S`` runs with seed ``S + i``, so a campaign is a range of
+seeds and two campaigns over disjoint ranges merge into one (``--merge``). Chunks
+alternate between the two variants of the test: ``campaign`` (one power failure per
+point) and ``recovery`` (a second power failure during the recovery, drawn over its
+measured length), unless ``--variants`` names one.
 
 Chunks run on all local cores (``--jobs``, processes), or on a Dask cluster
 (``--dask ADDRESS``, or ``--dask local`` for a local one with ``--jobs`` workers): the
