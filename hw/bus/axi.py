@@ -14,7 +14,11 @@ from __future__ import annotations
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AXI4LiteSignature", "AXI4Signature", "AxiBurst", "AxiResp"]
+__all__ = ["ADDR_FIELDS", "AXI4LiteSignature", "AXI4Signature", "AxiBurst", "AxiResp"]
+
+#: The AR / AW payload members of :class:`AXI4Signature` besides ``id`` (after the
+#: ``ar`` / ``aw`` prefix).
+ADDR_FIELDS = ("addr", "len", "size", "burst", "lock", "cache", "prot")
 
 
 class AxiResp:

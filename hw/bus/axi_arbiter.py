@@ -12,12 +12,10 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..widths import named
-from .axi import AXI4Signature
+from .axi import ADDR_FIELDS, AXI4Signature
 
 __all__ = ["AxiArbiter"]
 
-#: Payload members of the address channels besides ``id`` (prefix ``ar`` / ``aw``).
-_ADDR_FIELDS = ("addr", "len", "size", "burst", "lock", "cache", "prot")
 _MAX_MANAGERS = 8
 
 
@@ -262,7 +260,7 @@ class AxiArbiter(wiring.Component):
         with m.If(any_grant):
             ids = _select(grant, [getattr(p, f"{ch}id") for p in mgrs])
             m.d.sync += getattr(sub, f"{ch}id").eq(Cat(ids, _encode(grant, self._src_bits)))
-            for f in _ADDR_FIELDS:
+            for f in ADDR_FIELDS:
                 m.d.sync += getattr(sub, f"{ch}{f}").eq(
                     _select(grant, [getattr(p, f"{ch}{f}") for p in mgrs]))
         return grant

@@ -11,7 +11,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..bus.axi import AXI4Signature, AxiResp
+from ..bus.axi import ADDR_FIELDS, AXI4Signature, AxiResp
 from ..config import LINE_BITS
 from ..widths import is_int as _is_int
 from ..widths import is_pow2 as _is_pow2
@@ -27,7 +27,7 @@ __all__ = ["DcohGate"]
 #: log2 of the bytes of a line (and of an AXI beat: 512-bit data).
 _LINE_SHIFT = 6
 #: AR / AW payload members besides ``valid`` / ``ready``, kept per entry and re-issued.
-_ADDR_FIELDS = ("id", "addr", "len", "size", "burst", "lock", "cache", "prot")
+_ADDR_FIELDS = ("id", *ADDR_FIELDS)
 
 
 class _Path:

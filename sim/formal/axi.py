@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Signal, Value
 
+from hw.bus.axi import ADDR_FIELDS
+
 from .harness import decode
 from .rules import stream_rule, tally
 
 __all__ = ["accepted", "in_flight", "pending", "stream_rules", "written"]
 
 #: Payload members of AR / AW (after the ``ar`` / ``aw`` prefix), W, R and B.
-_ADDR_FIELDS = ("id", "addr", "len", "size", "burst", "lock", "cache", "prot")
+_ADDR_FIELDS = ("id", *ADDR_FIELDS)
 _W_FIELDS = ("wdata", "wstrb", "wlast")
 _R_FIELDS = ("rid", "rdata", "rresp", "rlast")
 _B_FIELDS = ("bid", "bresp")
