@@ -194,9 +194,8 @@ def campaign(work: list[Chunk], jobs: int, dask: str | None = None,
              fn: Callable[[Chunk], dict] = run_chunk) -> dict:
     """Run ``work`` (locally on ``jobs`` processes, or on the Dask cluster at ``dask``)
     and summarise it."""
-    sims = {(c.config, c.sim) for c in work}
-    for config, sim in sims:            # one build, before the chunks share it
-        if fn is run_chunk:
+    if fn is run_chunk:                 # one build per simulator, before the chunks share it
+        for config, sim in {(c.config, c.sim) for c in work}:
             build("device", load_config(config), sim)
     t0 = time.monotonic()
     results = (_dask_map(fn, work, jobs, dask) if dask
