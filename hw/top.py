@@ -365,8 +365,11 @@ class Device(wiring.Component):
             m.d.comb += [
                 getattr(regs, f"{name}_set").eq(block.o_err_set),
                 # The block keeps its own first-error record: its status clears with
-                # the register's bits, so "first since all clear" means the same.
-                block.i_err_clear.eq(~Value.cast(getattr(regs, name))),
+                # the register's bits, so "first since all clear" means the same. A
+                # bit the block has just set reaches the register one cycle after
+                # o_err_set: not cleared in that cycle (else the block's status fell
+                # back to all zero after every error, and the record named the last).
+                block.i_err_clear.eq(~(Value.cast(getattr(regs, name)) | block.o_err_set)),
                 getattr(regs, f"{name}_info").code.eq(first.code),
                 getattr(regs, f"{name}_info").opcode.eq(first.opcode),
                 getattr(regs, f"{name}_info").id.eq(first.id),

@@ -62,8 +62,10 @@ __all__ = [
     "CHANNELS",
     "ERROR_FAULTS",
     "READ_FAULTS",
+    "READ_FUZZ_FAULTS",
     "UQIDS",
     "WRITE_FAULTS",
+    "WRITE_FUZZ_FAULTS",
     "CacheHome",
     "CoherenceChecker",
     "HomeProtocolError",
@@ -92,11 +94,20 @@ READ_FAULTS = ("poison", "go_err", "dup_go", "write_pull")
 #: GO_WritePull.
 WRITE_FAULTS = ("go_err_writepull", "drop", "go_error", "dup_pull", "ext_cmp")
 
+#: Structural faults for fuzzers (not in the lists above, which the block tests run
+#: through), at most one per request like the others: ``stray_rsp`` (a read or a
+#: write): an H2D Rsp naming the request, with the fields :attr:`CacheHome.stray`
+#: gives (an ExtCmp by default), ordered before the read's data or the write's first
+#: answer; ``dup_data`` (a read): a second H2D Data naming the read, ordered after the
+#: first (:attr:`CacheHome.dup_fill` may change it when it is first offered).
+READ_FUZZ_FAULTS = ("stray_rsp", "dup_data")
+WRITE_FUZZ_FAULTS = ("stray_rsp",)
+
 #: Faults after which the device must report the request with its error flag.
 ERROR_FAULTS = frozenset({"poison", "go_err", "go_error", "go_err_writepull", "drop"})
 
 _LINE_MASK = (1 << 512) - 1
-_READ_STRUCTURAL = ("dup_go", "write_pull")
+_READ_STRUCTURAL = ("dup_go", "write_pull", "stray_rsp", "dup_data")
 #: The table's flow for a fault (the others: a good flow plus an extra message).
 _FAULT_FLOW = {"poison": "data_poison", "go_err": "data_go_err",
                "go_err_writepull": "go_err_writepull", "drop": "drop",
@@ -172,6 +183,7 @@ class Txn:
     uqid: int | None = None     # write: the UQID of its pull
     t_data: int | None = None   # read: data taken; write: D2H Data received
     t_go: int | None = None     # the GO (or the GO part of GO_*WritePull) taken
+    t_pull: int | None = None   # write: its pull (WritePull or GO_*WritePull) taken
     open_msgs: int = 0          # messages of this request not yet taken
     wants_data: bool = False    # write: D2H Data still expected
     split: bool = False         # write: WritePull, then GO after the data
@@ -191,6 +203,10 @@ class _Msg(Scheduled):
     txn: Txn | None = None
     role: str = ""              # "data", "go", "pull", "snoop", "extra", "raw", "answer"
     checked: bool = False       # a message of the protocol table: shown to the checker
+    #: ``fill(msg, t) -> fields``: called when the message is first offered (cycle
+    #: ``t``); its fields are updated with the result.
+    fill: Callable[[_Msg, int], dict] | None = None
+    tag: object = None          # the sender's note (bad-input tests)
 
 
 @dataclass
@@ -201,12 +217,22 @@ class CacheHome:
     look at ``txn.kind``, ``txn.seq``, ``txn.cqid`` and ``txn.line``. ``protocol`` is
     the link's :class:`~tb.cxl_protocol.ProtocolChecker` (a bench shares one between
     its CXL.mem and CXL.cache models).
+
+    Hooks for bad-input tests: ``stray(txn) -> fields`` gives the H2D Rsp of a
+    ``stray_rsp`` fault (``cqid`` is the request's); ``dup_fill(msg, t) -> fields``
+    changes the second H2D Data of a ``dup_data`` fault when it is first offered (that
+    message is not the read's: ``msg.tag`` is the read's :class:`Txn`, ``msg.txn`` None);
+    ``on_take(channel, msg, t)`` sees every H2D transfer. :attr:`snoop_wait_max` is the
+    longest wait, in cycles, from a snoop's transfer to its answer's.
     """
 
     timing: HomeTiming = field(default_factory=HomeTiming)
     rng: random.Random = field(default_factory=random.Random)
     faults: Callable[[Txn], frozenset[str] | set[str]] | None = None
     protocol: ProtocolChecker = field(default_factory=ProtocolChecker)
+    stray: Callable[[Txn], dict] | None = None
+    dup_fill: Callable[[_Msg, int], dict] | None = None
+    on_take: Callable[[str, _Msg, int], None] | None = None
 
     def __post_init__(self) -> None:
         self.mem: dict[int, int] = {}
@@ -220,7 +246,9 @@ class CacheHome:
         #: Snoops sent (those lost to a reset not counted) and answered.
         self.snoops_sent = 0
         self.snoops_answered = 0
+        self.snoop_wait_max = 0
         self._snoops: dict[int, tuple[int, int]] = {}   # UQID -> (cycle, opcode)
+        self._snoop_taken: dict[int, int] = {}          # UQID -> cycle of its transfer
         self.reset()
 
     # --- state --------------------------------------------------------------------------
@@ -230,6 +258,7 @@ class CacheHome:
         self._pulls: dict[int, Txn] = {}                # UQID -> write awaiting its data
         self.snoops_sent -= len(self._snoops)
         self._snoops = {}
+        self._snoop_taken = {}
         self._free_uqids = deque(range(UQIDS))
         self._queues = {c: DueQueue(self.rng, reorder=self.timing.reorder)
                         for c in CHANNELS}
@@ -247,6 +276,11 @@ class CacheHome:
         return (not self._open and not self._snoops and not self._pulls
                 and not any(self._queues.values()))
 
+    def open_requests(self) -> list[Txn]:
+        """The requests in flight (not every message taken, or a write's data not yet
+        received), oldest first."""
+        return sorted(self._open.values(), key=lambda x: (x.kind, x.seq))
+
     def outstanding(self) -> str:
         """What keeps the home from being idle, for hang messages."""
         parts = [f"{t.kind} cqid {t.cqid} (seq {t.seq}, open msgs {t.open_msgs}, wants data "
@@ -261,9 +295,11 @@ class CacheHome:
         return base + (self.rng.randint(0, self.timing.jitter) if self.timing.jitter else 0)
 
     def _send(self, channel: str, fields: dict, due: int, *, txn: Txn | None = None,
-              role: str = "", after: _Msg | None = None, checked: bool = False) -> _Msg:
+              role: str = "", after: _Msg | None = None, checked: bool = False,
+              fill: Callable[[_Msg, int], dict] | None = None, tag: object = None) -> _Msg:
         msg = self._queues[channel].push(_Msg(fields, due, after, channel=channel, txn=txn,
-                                              role=role, checked=checked))
+                                              role=role, checked=checked, fill=fill,
+                                              tag=tag))
         if txn is not None:
             txn.open_msgs += 1
         return msg
@@ -278,7 +314,12 @@ class CacheHome:
         message is returned it is returned again until :meth:`take`; it must then be
         presented every cycle (stream rule)."""
         msg = self._queues[channel].offer(t)
-        return None if msg is None else msg.fields
+        if msg is None:
+            return None
+        if msg.fill is not None:
+            fill, msg.fill = msg.fill, None
+            msg.fields.update(fill(msg, t))
+        return msg.fields
 
     def take(self, channel: str, t: int) -> None:
         """The message offered on ``channel`` was transferred at cycle ``t``."""
@@ -288,6 +329,10 @@ class CacheHome:
         self.log.append((t, f"h2d_{channel}", msg.fields))
         if msg.checked:
             self.protocol.see(f"h2d_{channel}", msg.fields, t)
+        if msg.role == "snoop":
+            self._snoop_taken[msg.fields["uqid"]] = t
+        if self.on_take is not None:
+            self.on_take(channel, msg, t)
         txn = msg.txn
         if txn is None:
             return
@@ -295,6 +340,8 @@ class CacheHome:
             txn.t_data = t
         if msg.role == "go" and txn.t_go is None:
             txn.t_go = t
+        if msg.role in ("go", "pull") and txn.kind == "write" and txn.t_pull is None:
+            txn.t_pull = t
         if msg.role == "drop":
             txn.t_go = t
             self._free_uqids.append(msg.fields["rsp_data"])
@@ -328,7 +375,8 @@ class CacheHome:
         txns = self.reads if kind == "read" else self.writes
         txn = Txn(kind, len(txns), cqid, line, t, frozenset())
         txn.faults = frozenset(self.faults(txn)) if self.faults else frozenset()
-        self._check_faults(txn, READ_FAULTS if kind == "read" else WRITE_FAULTS)
+        self._check_faults(txn, READ_FAULTS + READ_FUZZ_FAULTS if kind == "read"
+                           else WRITE_FAULTS + WRITE_FUZZ_FAULTS)
         txns.append(txn)
         self._open[cqid] = txn
         if kind == "read":
@@ -340,7 +388,8 @@ class CacheHome:
         bad = txn.faults - set(allowed)
         if bad:
             raise ValueError(f"faults {sorted(bad)} do not apply to a {txn.kind} here")
-        kinds = set(_READ_STRUCTURAL if txn.kind == "read" else WRITE_FAULTS)
+        kinds = set(_READ_STRUCTURAL if txn.kind == "read"
+                    else WRITE_FAULTS + WRITE_FUZZ_FAULTS)
         if len(txn.faults & kinds) > 1:
             raise ValueError(f"at most one of {sorted(kinds)} per {txn.kind}, not "
                              f"{sorted(txn.faults)}")
@@ -368,10 +417,23 @@ class CacheHome:
         elif "dup_go" in faults:
             extra = {"opcode": H2DRspOpcode.GO.value, "cqid": txn.cqid,
                      "rsp_data": GoState.I.value}
+        elif "stray_rsp" in faults:
+            extra = self._stray(txn)
         before = None
         if extra is not None:
             before = self._send("rsp", extra, t_data, txn=txn, role="extra")
-        self._send("data", data, t_data, txn=txn, role="data", after=before, checked=checked)
+        first = self._send("data", data, t_data, txn=txn, role="data", after=before,
+                           checked=checked)
+        if "dup_data" in faults:
+            # Not one of the read's messages: the read is done with its first data (the
+            # device may free and reuse its CQID then); ``tag`` names the read.
+            self._send("data", dict(data), t_data, role="extra", after=first,
+                       fill=self.dup_fill, tag=txn)
+
+    def _stray(self, txn: Txn) -> dict:
+        fields = (self.stray(txn) if self.stray is not None
+                  else {"opcode": H2DRspOpcode.ExtCmp.value, "rsp_data": 0})
+        return {**fields, "cqid": txn.cqid}
 
     def _write(self, txn: Txn, t: int, timing: HomeTiming) -> None:
         faults = txn.faults
@@ -386,8 +448,11 @@ class CacheHome:
                                       "rsp_data": 0 if uqid is None else uqid},
                               due, txn=txn, role=role, after=after, checked=checked)
 
+        stray = (self._send("rsp", self._stray(txn), due, txn=txn, role="extra")
+                 if "stray_rsp" in faults else None)
         if flow.name == "drop":
-            send(H2DRspOpcode(min(first.opcodes)), "drop", uqid=self._uqid(), checked=True)
+            send(H2DRspOpcode(min(first.opcodes)), "drop", stray, uqid=self._uqid(),
+                 checked=True)
             return
         txn.uqid = self._uqid()
         txn.wants_data = True
@@ -395,11 +460,12 @@ class CacheHome:
         txn.split = flow.name.startswith("writepull")
         if txn.split:       # the GO (flow.msgs[1]) follows the data (_d2h_data)
             txn.go_state = GoState(flow.msgs[1].fields["rsp_data"])
-            pull = send(H2DRspOpcode(min(first.opcodes)), "pull", uqid=txn.uqid, checked=True)
+            pull = send(H2DRspOpcode(min(first.opcodes)), "pull", stray, uqid=txn.uqid,
+                        checked=True)
             if "dup_pull" in faults:
                 txn.gate = send(H2DRspOpcode.WritePull, "extra", pull, uqid=txn.uqid)
             return
-        before = send(H2DRspOpcode.ExtCmp, "extra") if "ext_cmp" in faults else None
+        before = send(H2DRspOpcode.ExtCmp, "extra") if "ext_cmp" in faults else stray
         send(H2DRspOpcode(min(first.opcodes)), "go", before, uqid=txn.uqid, checked=True)
 
     def _flow(self, txn: Txn, good: str, weights: dict[str, float] | None = None):
@@ -447,30 +513,42 @@ class CacheHome:
         if uqid in self._checked_snoops:
             self._checked_snoops.discard(uqid)
             self.protocol.see("d2h_rsp", f, t)
+        taken = self._snoop_taken.pop(uqid, None)
+        if taken is None:
+            raise HomeProtocolError(f"D2H Rsp at {t}: UQID {uqid} answers a snoop not yet "
+                                    f"transferred")
+        self.snoop_wait_max = max(self.snoop_wait_max, t - taken)
         del self._snoops[uqid]
         self._free_uqids.append(uqid)
         self.snoops_answered += 1
 
     # --- stimulus -----------------------------------------------------------------------------
-    def snoop(self, t: int, line: int, opcode: int = H2DReqOpcode.SnpInv.value) -> int:
+    def snoop(self, t: int, line: int, opcode: int = H2DReqOpcode.SnpInv.value, *,
+              uqid: int | None = None, rsvd: int = 0, tag: object = None) -> int:
         """Send a snoop of ``line`` from cycle ``t`` on (any 3-bit ``opcode``, reserved ones
-        included); returns its UQID."""
-        uqid = self._uqid()
+        included; ``rsvd`` in its reserved field); returns its UQID: ``uqid`` when that
+        one is free, else the next free one."""
+        if uqid is not None and uqid in self._free_uqids:
+            self._free_uqids.remove(uqid)
+        else:
+            uqid = self._uqid()
         self._snoops[uqid] = (t, opcode)
-        fields = {"opcode": opcode, "address": line, "uqid": uqid}
+        fields = {"opcode": opcode, "address": line, "uqid": uqid, "rsvd": rsvd}
         if row("h2d_req", opcode, "host") is not None:     # (a reserved one is bad input)
             self.protocol.request("h2d_req", fields, t, target="host")
             self._checked_snoops.add(uqid)
-        self._send("req", fields, t, role="snoop")
+        self._send("req", fields, t, role="snoop", tag=tag)
         self.snoops_sent += 1
         return uqid
 
-    def raw(self, channel: str, t: int, fields: dict) -> _Msg:
+    def raw(self, channel: str, t: int, fields: dict, *,
+            fill: Callable[[_Msg, int], dict] | None = None, tag: object = None) -> _Msg:
         """Send an arbitrary H2D Rsp or H2D Data from cycle ``t`` on, tied to no request
-        (bad-input tests; not shown to the protocol checker)."""
+        (bad-input tests; not shown to the protocol checker); ``fill`` may change its
+        fields when it is first offered, ``tag`` is the caller's note."""
         if channel not in ("rsp", "data"):
             raise ValueError(f"raw messages go on 'rsp' or 'data', not {channel!r}")
-        return self._send(channel, dict(fields), t, role="raw")
+        return self._send(channel, dict(fields), t, role="raw", fill=fill, tag=tag)
 
     def answer(self, channel: str, t: int, fields: dict) -> _Msg:
         """Send, from cycle ``t`` on, an H2D Rsp or H2D Data that answers another

@@ -17,7 +17,9 @@ background traffic), ``gpu_latency`` (GPU home's answer latency, cycles),
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import cocotb
 import numpy as np
@@ -25,7 +27,7 @@ import numpy as np
 from hw.csr.registers import register_map
 from hw.cxl.cache_agent import CacheError
 from hw.cxl.dcoh import DcohError
-from hw.cxl.messages import D2HReqOpcode, GoState, H2DRspOpcode, M2SReqOpcode
+from hw.cxl.messages import D2HReqOpcode, GoState, H2DReqOpcode, H2DRspOpcode, M2SReqOpcode
 from hw.engine.descriptor import DescKind, PoolMode, Status
 from hw.top import DCOH_CQID_BASE
 from sim import ckpt
@@ -844,6 +846,60 @@ async def test_bad_coherence_input(dut):
     await bench.finish()
 
 
+def _first_error(info: int) -> tuple[int, int, int]:
+    """(code, opcode, id) of a COH_CACHE_ERR_INFO / COH_DCOH_ERR_INFO value."""
+    return info & 0xF, info >> 4 & 0x1F, info >> 16
+
+
+@group("gpu_memory")
+@cocotb.test()
+async def test_error_first_records(dut):
+    """COH_CACHE_ERR_INFO and COH_DCOH_ERR_INFO name the first error since their W1C
+    register was last all-zero (``docs/registers.md``), not a later one: two bad H2D
+    messages of different kinds, 32 cycles apart, for each block (for the agent, an H2D
+    Rsp then an H2D Data for CQIDs beyond its rings; for the DCOH, an H2D Data then an
+    H2D Rsp for free CQIDs of its pool); after the register is cleared, the next error
+    is recorded. (The blocks' own status once cleared itself one cycle after each error,
+    so the record named the last error; the CXL.cache fuzzer found it.)"""
+    bench = CohBench(dut, "error_first", noise=False)
+    await bench.start(0)
+    tb, home, csr = bench.tb, bench.gpu.home, bench.tb.csr
+    go = H2DRspOpcode.GO.value
+    agent, dcoh = bench.agent_cqids + 5, DCOH_CQID_BASE + 1
+    cases = (
+        ("COH_CACHE_ERR", ("rsp", {"opcode": go, "cqid": agent, "rsp_data": 3}),
+         ("data", {"cqid": agent + 1, "data": 1}),
+         (int(CacheError.RSP_NOT_IN_FLIGHT), go, agent),
+         (int(CacheError.DATA_NOT_IN_FLIGHT), 0, agent + 1)),
+        ("COH_DCOH_ERR", ("data", {"cqid": dcoh, "data": 1}),
+         ("rsp", {"opcode": go, "cqid": dcoh + 1, "rsp_data": GoState.E.value}),
+         (int(DcohError.RSP_UNEXPECTED), 0, dcoh),
+         (int(DcohError.RSP_UNEXPECTED), go, dcoh + 1)),
+    )
+
+    async def send(channel: str, fields: dict) -> None:
+        msg = home.raw(channel, tb.loop.cycle, fields)
+        await tb.loop.wait_until(lambda: msg.taken is not None, timeout=1000,
+                                 what="bad H2D message taken")
+        await tb.loop.wait_cycles(32)
+
+    for reg, first, second, want_first, want_second in cases:
+        await send(*first)
+        await send(*second)
+        got = _first_error(await csr.read(f"{reg}_INFO"))
+        assert got == want_first, (
+            f"{reg}_INFO (code, opcode, id) {got} after two errors: expected the first, "
+            f"{want_first}")
+        await csr.write(reg, await csr.read(reg))
+        await send(*second)
+        got = _first_error(await csr.read(f"{reg}_INFO"))
+        assert got == want_second, (
+            f"{reg}_INFO {got} after a clear and one error: expected {want_second}")
+        await csr.write(reg, await csr.read(reg))
+        assert await csr.read(reg) == 0, f"{reg} not cleared"
+    await bench.finish()
+
+
 # --- the protocol table's DCOH flows (tb/cxl_protocol.py) -------------------------------------
 
 def _plan(rng: random.Random, plan: dict[D2HReqOpcode, list[str]], *, skip: int = 3):
@@ -1067,4 +1123,486 @@ async def test_dcoh_unexpected_h2d(dut):
     await bench.check_errors(dcoh=unexpected)
     await _lookups(bench, drv, tables, rng, 1)
     await bench.check_errors()
+    await bench.finish()
+
+
+# --- the CXL.cache fuzzer ----------------------------------------------------------------------
+
+#: Fuzzed H2D messages between two checks of the error CSRs.
+CACHE_FUZZ_ROUND = 64
+#: After the first check of the error CSRs and every fourth one after it, the fuzzer
+#: asks for a quiet point (between two doorbells, nothing in flight) and sends a burst
+#: for ring CQIDs, all free then.
+CACHE_FUZZ_QUIET_EVERY = 4
+#: Bounds the fuzzer holds the device to (cycles): a snoop's transfer to its answer's;
+#: a write's pull taken to its D2H Data; a D2H Req to its last H2D message or D2H Data
+#: (this includes the GPU home's latency, up to 100 + 8 cycles of jitter, and the wait
+#: behind fuzzed messages on the same H2D channel).
+SNOOP_BOUND = 64
+PULL_BOUND = 128
+REQUEST_BOUND = 1000
+#: H2D Rsp opcodes that a write in flight cannot take (``docs/cxl-cache.md``, "Writes":
+#: ExtCmp, Fast_GO, Fast_GO_WritePull and the reserved ones).
+_WRITE_UNEXPECTED = sorted({H2DRspOpcode.ExtCmp.value, H2DRspOpcode.Fast_GO.value,
+                            H2DRspOpcode.Fast_GO_WritePull.value}
+                           | (set(range(16)) - {op.value for op in H2DRspOpcode}))
+_RESERVED_SNOOPS = sorted(set(range(8)) - {op.value for op in H2DReqOpcode})
+_LINE_ONES = (1 << 512) - 1
+_ADDR_ONES = (1 << 46) - 1
+
+
+class CacheFuzzer:
+    """The fuzzed H2D messages of :func:`test_cxl_cache_fuzz` and what the contract
+    (``docs/cxl-cache.md``, ``docs/dcoh.md``) says each one does.
+
+    Every message the fuzzer makes is given its expected error (CacheError code, or the
+    DCOH's RSP_UNEXPECTED, or none for a legal snoop) when it is made or, for those
+    whose CQID depends on the traffic, when the GPU home first offers it; the error's
+    cycle follows from the cycle of its transfer (``o_err_set`` two cycles after an H2D
+    Rsp / Data handshake, one after a snoop's). Every :data:`CACHE_FUZZ_ROUND` messages
+    the fuzzer stops making them, waits until all are taken and answered, and checks
+    COH_CACHE_ERR / COH_DCOH_ERR and their first-error records exactly, then clears them.
+
+    Kinds (counted in :attr:`kinds` when transferred):
+
+    * ``snoop``, ``snoop_reserved``: H2D Req of every opcode, at hot lines (requests in
+      flight, recent ones), device lines, address extremes and random lines, UQID 0 /
+      4095 / any, reserved bits 0 / 3: answered RspIHitI (the home checks the answer and
+      :attr:`CacheHome.snoop_wait_max`), a reserved opcode flagged SNOOP_RESERVED;
+    * ``rsp_beyond``: H2D Rsp of any opcode (reserved included) and field extremes for a
+      CQID beyond both rings and the DCOH's pool: RSP_NOT_IN_FLIGHT;
+    * ``data_beyond``, ``data_write_cqid``: H2D Data (poison, GO-Err, ChunkValid,
+      reserved bits, data extremes) for such a CQID or any write CQID:
+      DATA_NOT_IN_FLIGHT;
+    * ``dcoh_rsp``, ``dcoh_data``: the same for a CQID of the DCOH's pool, which has
+      nothing in flight (HDM-D off): COH_DCOH_ERR RSP_UNEXPECTED, nothing in
+      COH_CACHE_ERR;
+    * per request of the device, with probability ``fault_rate``, a structural fault of
+      the GPU home (:mod:`tb.cache_home`): ``read_dup_go``, ``read_write_pull``,
+      ``read_stray_rsp`` (any opcode, field extremes), ``write_dup_pull``,
+      ``write_ext_cmp``, ``write_stray_rsp`` (an opcode a write cannot take):
+      RSP_UNEXPECTED, the request completes as if it had not come; ``read_dup_data``:
+      a second H2D Data (other data, poison, GO-Err at random) while an older read
+      still waits for its data, so the read cannot have left: DATA_DUPLICATE and the
+      first line kept (when no older read waits, the second Data is sent for a CQID
+      beyond the rings instead: ``read_dup_data_moved``, DATA_NOT_IN_FLIGHT);
+    * ``rsp_free_ring``, ``data_free_read`` at quiet points: every ring CQID free:
+      RSP_NOT_IN_FLIGHT / DATA_NOT_IN_FLIGHT, in back-to-back bursts.
+    """
+
+    def __init__(self, bench: CohBench, rng: random.Random, n: int, *,
+                 fault_rate: float = 0.3):
+        self.bench, self.rng, self.n = bench, rng, n
+        self.loop = bench.tb.loop
+        self.home = home = bench.gpu.home
+        cfg = bench.cfg
+        self.read_cqids = cfg.cache_cqids
+        self.write_cqids = range(cfg.cache_cqids, cfg.cache_cqids + cfg.cache_write_cqids)
+        agent = bench.agent_cqids
+        self.dcoh = range(DCOH_CQID_BASE, DCOH_CQID_BASE + cfg.dcoh_cqids)
+        self.beyond_ranges = ((agent, DCOH_CQID_BASE), (self.dcoh.stop, 1 << 12))
+        self.beyond_edges = [agent, DCOH_CQID_BASE - 1, self.dcoh.stop, (1 << 12) - 1]
+        self.fault_rate = fault_rate
+        self.kinds: dict[str, int] = {}
+        self.legal_answers = 0
+        self.made = 0               # fuzzed messages made
+        self.outstanding = 0        # made by the fuzzer itself, not yet transferred
+        self.fault_txns: list = []  # requests given a structural fault this round
+        self.cache_events: list[tuple[int, int, int, int]] = []  # (cycle, code, opcode, id)
+        self.dcoh_events: list[tuple[int, int, int, int]] = []
+        self.checking = False
+        self.done = False
+        self.want_quiet = False
+        self.checks = self.quiet_points = 0
+        self._since_check = 0
+        self._unchecked: list = []  # device requests whose bounds are not checked yet
+        self._seen_reads = self._seen_writes = 0
+        self.max_request = self.max_pull = 0
+        home.on_take = self._taken
+        home.faults = self._faults
+        home.stray = self._stray
+        home.dup_fill = self._dup_fill
+
+    # --- field choices ------------------------------------------------------------------
+    def _beyond(self) -> int:
+        if self.rng.random() < 0.3:
+            return self.rng.choice(self.beyond_edges)
+        lo, hi = self.rng.choice(self.beyond_ranges)
+        return self.rng.randrange(lo, hi)
+
+    def _rsp_fields(self, opcodes) -> dict:
+        r = self.rng
+        return {"opcode": r.choice(opcodes),
+                "rsp_data": r.choice((0, 0xFFF, r.randrange(1 << 12),
+                                      r.choice(list(GoState)).value)),
+                "rsp_pre": r.randrange(4), "rsvd": r.randrange(2)}
+
+    def _data_fields(self) -> dict:
+        r = self.rng
+        return {"data": r.choice((0, _LINE_ONES, r.getrandbits(512))),
+                "poison": r.randrange(2), "go_err": r.randrange(2),
+                "chunk_valid": r.randrange(2), "rsvd": r.choice((0, 0xFF, r.randrange(256)))}
+
+    def _count(self, kind: str) -> None:
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+
+    # --- the GPU home's hooks -------------------------------------------------------------
+    def _faults(self, txn) -> set[str]:
+        if self.checking or self.done or self.rng.random() >= self.fault_rate:
+            return set()
+        if txn.kind == "read":
+            fault = self.rng.choice(("dup_go", "write_pull", "stray_rsp", "stray_rsp",
+                                     "dup_data", "dup_data"))
+        else:
+            fault = self.rng.choice(("dup_pull", "ext_cmp", "stray_rsp", "stray_rsp"))
+        self.fault_txns.append(txn)
+        self.outstanding += fault == "dup_data"     # (a message of its own, below)
+        self.made += 1
+        self._since_check += 1
+        return {fault}
+
+    def _stray(self, txn) -> dict:
+        """Any opcode for a read (any H2D Rsp for a read in flight is unexpected); for a
+        write, one it cannot take before its first answer."""
+        return self._rsp_fields(range(16) if txn.kind == "read" else _WRITE_UNEXPECTED)
+
+    def _dup_fill(self, msg, t: int) -> dict:
+        """The second H2D Data of a read, when first offered: while a read requested
+        before it still waits for its data (which comes on this channel, after this
+        message), the read cannot have left the reorder buffer (lines leave in request
+        order), so this is a duplicate; otherwise the read may have left and its CQID
+        been reused, so the message goes to a CQID beyond the rings instead."""
+        txn = msg.tag
+        older = any(o.kind == "read" and o.seq < txn.seq and o.t_data is None
+                    for o in self.home.open_requests())
+        if older:
+            msg.tag = ("read_dup_data", "cache", int(CacheError.DATA_DUPLICATE))
+            return {k: v for k, v in self._data_fields().items() if k != "chunk_valid"}
+        msg.tag = ("read_dup_data_moved", "cache", int(CacheError.DATA_NOT_IN_FLIGHT))
+        return {"cqid": self._beyond()}
+
+    def _taken(self, channel: str, msg, t: int) -> None:
+        f = msg.fields
+        if msg.role == "snoop":
+            if msg.tag is None:
+                return
+            self.outstanding -= 1
+            self._count(msg.tag)
+            if f["opcode"] in _RESERVED_SNOOPS:
+                self.cache_events.append((t + 1, int(CacheError.SNOOP_RESERVED),
+                                          f["opcode"], f["uqid"]))
+            return
+        opcode = f["opcode"] if channel == "rsp" else 0
+        if msg.role == "raw" and msg.tag is not None:
+            self.outstanding -= 1
+            kind, where, code = msg.tag
+            self._count(kind)
+            if where == "dcoh":
+                # In one cycle the DCOH takes an H2D Rsp before an H2D Data.
+                self.dcoh_events.append((2 * t + (channel == "data"), code, opcode, f["cqid"]))
+            else:
+                self.cache_events.append((t + 2, code, opcode, f["cqid"]))
+            return
+        if msg.role == "extra":
+            txn = msg.txn
+            if channel == "data":       # the second H2D Data of a read
+                self.outstanding -= 1
+                kind, _, code = msg.tag
+            else:
+                (fault,) = txn.faults
+                kind, code = f"{txn.kind}_{fault}", int(CacheError.RSP_UNEXPECTED)
+            self._count(kind)
+            self.cache_events.append((t + 2, code, opcode, f["cqid"]))
+            return
+        self.legal_answers += 1
+
+    # --- making messages ------------------------------------------------------------------
+    def _raw(self, channel: str, fields: dict, tag: tuple, due: int, fill=None) -> None:
+        self.home.raw(channel, due, fields, tag=tag, fill=fill)
+        self.outstanding += 1
+        self.made += 1
+        self._since_check += 1
+
+    def _snoop_line(self) -> int:
+        r, home = self.rng, self.home
+        pick = r.random()
+        hot = [x.line for x in home.open_requests()]
+        hot += [x.line for x in home.reads[-4:] + home.writes[-4:]]
+        if pick < 0.5 and hot:
+            return r.choice(hot)
+        if pick < 0.6:
+            return r.choice((0, _ADDR_ONES))
+        if pick < 0.75:     # a device line (HDM), which the device's DCOH serves
+            return self.bench.agent.host_line(r.randrange(self.bench.agent.window_lines))
+        return r.getrandbits(46)
+
+    def snoop(self, due: int) -> None:
+        r = self.rng
+        op = r.choice(_RESERVED_SNOOPS) if r.random() < 0.4 else r.choice(
+            [o.value for o in H2DReqOpcode])
+        self.home.snoop(due, self._snoop_line(), op, uqid=r.choice((None, 0, 4095)),
+                        rsvd=r.choice((0, 0, 3)),
+                        tag="snoop_reserved" if op in _RESERVED_SNOOPS else "snoop")
+        self.outstanding += 1
+        self.made += 1
+        self._since_check += 1
+
+    def emit(self, what: str, due: int) -> None:
+        r = self.rng
+        if what == "snoop":
+            self.snoop(due)
+        elif what == "rsp_beyond":
+            self._raw("rsp", {**self._rsp_fields(range(16)), "cqid": self._beyond()},
+                      ("rsp_beyond", "cache", int(CacheError.RSP_NOT_IN_FLIGHT)), due)
+        elif what == "data_beyond":
+            write = r.random() < 0.4
+            cqid = r.choice(self.write_cqids) if write else self._beyond()
+            self._raw("data", {**self._data_fields(), "cqid": cqid},
+                      ("data_write_cqid" if write else "data_beyond", "cache",
+                       int(CacheError.DATA_NOT_IN_FLIGHT)), due)
+        elif what == "dcoh":
+            cqid = r.choice((self.dcoh.start, self.dcoh.stop - 1, r.choice(self.dcoh)))
+            code = int(DcohError.RSP_UNEXPECTED)
+            if r.random() < 0.5:
+                self._raw("rsp", {**self._rsp_fields(range(16)), "cqid": cqid},
+                          ("dcoh_rsp", "dcoh", code), due)
+            else:
+                self._raw("data", {**self._data_fields(), "cqid": cqid},
+                          ("dcoh_data", "dcoh", code), due)
+        else:
+            raise ValueError(what)
+
+    async def run(self) -> None:
+        """Make fuzzed messages at random times until ``n`` are made (bursts of 2 to 16
+        back to back now and then), checking the error CSRs every round."""
+        r, loop = self.rng, self.loop
+        kinds, weights = ("snoop", "rsp_beyond", "data_beyond", "dcoh"), (4, 3, 3, 1)
+        while self.made < self.n:
+            if self._since_check >= CACHE_FUZZ_ROUND:
+                await self.check()
+                if self.checks % CACHE_FUZZ_QUIET_EVERY == 1:
+                    self.want_quiet = True
+            what = r.choices(kinds, weights)[0]
+            burst = r.randint(2, 16) if r.random() < 0.15 else 1
+            due = loop.cycle + (0 if burst > 1 else r.randint(0, 30))
+            for _ in range(min(burst, self.n - self.made)):
+                self.emit(what, due)
+            await loop.wait_cycles(r.randint(2, 48))
+        self.done = True
+        await self.check()
+
+    async def quiet(self) -> None:
+        """At a quiet point (the caller's descriptors all complete): once the GPU home
+        has nothing in flight and the agent has had time to free every CQID, a
+        back-to-back burst of H2D Rsp for ring CQIDs and H2D Data for read CQIDs, every
+        one not in flight. Each CQID is checked again when the message is first offered
+        (a request of the device in flight would move it beyond the rings)."""
+        self.want_quiet = False
+        if self.done:
+            return
+        loop, r, home = self.loop, self.rng, self.home
+        await loop.wait_until(lambda: not self.checking, timeout=10 * REQUEST_BOUND,
+                              what="fuzzer's error check done")
+        await loop.wait_until(lambda: not home.open_requests(), timeout=REQUEST_BOUND,
+                              what="GPU home: no request in flight")
+        await loop.wait_cycles(64)
+        # (No await from here until the burst is made: a check of the error CSRs that
+        # started meanwhile must see none of it, or all of it.)
+        while self.checking:
+            await loop.wait_until(lambda: not self.checking, timeout=10 * REQUEST_BOUND,
+                                  what="fuzzer's error check done")
+        if self.done:               # (the last check may have run meanwhile)
+            return
+        self.quiet_points += 1
+        ring = self.read_cqids + len(self.write_cqids)
+
+        def recheck(msg, t):
+            if home.open_requests():
+                kind, where, code = msg.tag
+                msg.tag = (kind + "_moved", where, code)
+                return {"cqid": self._beyond()}
+            return {}
+
+        bfm = self.bench.cbfm
+        bfm.set_idle(0.0)
+        due = loop.cycle
+        for _ in range(min(r.randint(8, 24), max(1, self.n - self.made))):
+            edge = r.choice((0, self.read_cqids - 1, self.read_cqids, ring - 1))
+            cqid = edge if r.random() < 0.3 else r.randrange(ring)
+            if r.random() < 0.5:
+                self._raw("rsp", {**self._rsp_fields(range(16)), "cqid": cqid},
+                          ("rsp_free_ring", "cache", int(CacheError.RSP_NOT_IN_FLIGHT)),
+                          due, fill=recheck)
+            else:
+                self._raw("data", {**self._data_fields(), "cqid": r.randrange(self.read_cqids)},
+                          ("data_free_read", "cache", int(CacheError.DATA_NOT_IN_FLIGHT)),
+                          due, fill=recheck)
+        await loop.wait_until(lambda: self.outstanding == 0, timeout=REQUEST_BOUND,
+                              what="quiet burst taken")
+        bfm.set_idle(self.bench.tb.idle)
+
+    # --- checks ---------------------------------------------------------------------------
+    def check_bounds(self) -> None:
+        """Every request of the device seen so far: done within :data:`REQUEST_BOUND`
+        of its D2H Req (or still young), a write's data within :data:`PULL_BOUND` of its
+        pull; every snoop answered within :data:`SNOOP_BOUND`."""
+        home, now = self.home, self.loop.cycle
+        self._unchecked += home.reads[self._seen_reads:] + home.writes[self._seen_writes:]
+        self._seen_reads, self._seen_writes = len(home.reads), len(home.writes)
+        left = []
+        for x in self._unchecked:
+            if not x.done:
+                assert now - x.t_req <= REQUEST_BOUND, (
+                    f"{x.kind} CQID {x.cqid} (line {x.line:#x}, D2H Req at {x.t_req}) not "
+                    f"done after {now - x.t_req} cycles: {home.outstanding()}")
+                left.append(x)
+                continue
+            end = max(x.t_data or 0, x.t_go or 0)
+            self.max_request = max(self.max_request, end - x.t_req)
+            assert end - x.t_req <= REQUEST_BOUND, (
+                f"{x.kind} CQID {x.cqid} took {end - x.t_req} cycles (bound {REQUEST_BOUND})")
+            if x.kind == "write" and x.t_pull is not None and x.t_data is not None:
+                self.max_pull = max(self.max_pull, x.t_data - x.t_pull)
+                assert x.t_data - x.t_pull <= PULL_BOUND, (
+                    f"write CQID {x.cqid}: D2H Data {x.t_data - x.t_pull} cycles after its "
+                    f"pull (bound {PULL_BOUND})")
+        self._unchecked = left
+        assert home.snoop_wait_max <= SNOOP_BOUND, (
+            f"a snoop waited {home.snoop_wait_max} cycles for its answer (bound {SNOOP_BOUND})")
+
+    @staticmethod
+    def _expected(events) -> tuple[int, tuple[int, int, int] | None]:
+        bits = 0
+        for _, code, _, _ in events:
+            bits |= 1 << code
+        if not events:
+            return 0, None
+        _, code, opcode, ident = min(events)
+        return bits, (code, opcode, ident)
+
+    async def check(self) -> None:
+        """Stop making messages, wait until every one is taken and answered, check the
+        error CSRs against the round's expectation, clear them."""
+        self.checking = True
+        home, loop, csr = self.home, self.loop, self.bench.tb.csr
+        await loop.wait_until(
+            lambda: (self.outstanding == 0 and all(x.done for x in self.fault_txns)
+                     and home.snoops_answered == home.snoops_sent),
+            timeout=2 * REQUEST_BOUND, what="fuzzed messages taken and answered")
+        await loop.wait_cycles(8)
+        self.check_bounds()
+        for name, events in (("COH_CACHE_ERR", self.cache_events),
+                             ("COH_DCOH_ERR", self.dcoh_events)):
+            want_bits, want_first = self._expected(events)
+            got = await csr.read(name)
+            info = await csr.read(f"{name}_INFO")
+            where = f"fuzzer check {self.checks} (cycle {loop.cycle}), {name}"
+            assert got == want_bits, (
+                f"{where} {got:#x}, expected {want_bits:#x} from {len(events)} messages")
+            if want_first is not None:
+                first = _first_error(info)
+                assert first == want_first, (
+                    f"{where}_INFO (code, opcode, id) {first}, expected {want_first} (the "
+                    f"earliest of {sorted(events)[:40]})")
+                await csr.write(name, got)
+                assert await csr.read(name) == 0, f"{where}: not cleared"
+        self.cache_events.clear()
+        self.dcoh_events.clear()
+        self.fault_txns.clear()
+        self._since_check = 0
+        self.checks += 1
+        self.checking = False
+
+
+@group("fuzz")
+@cocotb.test()
+async def test_cxl_cache_fuzz(dut):
+    """CXL.cache fuzzer: ``n_msgs`` fuzzed H2D messages (:class:`CacheFuzzer`: snoops of
+    every opcode, reserved ones included, at hot, device, extreme and random lines; H2D
+    Rsp and H2D Data for CQIDs never in flight, beyond the rings, in the DCOH's pool and
+    of the write ring; stray responses, duplicate pulls and duplicate (other, poisoned)
+    data for requests in flight; free ring CQIDs in bursts at quiet points) among legal
+    coherent traffic: LOOKUPs and UPDATEs whose descriptors, buffers and pooled vectors
+    are in GPU memory (RING_HOST, SCRATCH_HOST) and whose records go there (CQ_HOST),
+    random idle cycles and backpressure on every channel, the GPU home answering in
+    random order. Checked: every snoop answered RspIHitI within its bound (the home),
+    every request of the device done within its bounds, COH_CACHE_ERR / COH_DCOH_ERR
+    and their first errors exactly each round, every descriptor, pooled vector and
+    table against the golden model, every change of GPU memory one that the GPU or a
+    legal write of the device made, and legal traffic served afterwards with no error.
+    ``out``: a JSON file for the figures."""
+    bench = CohBench(dut, "cxl_cache_fuzz", noise=True)
+    cfg = bench.cfg
+    await bench.start(CQ_HOST)
+    bench.checker.hdm_d = False
+    tb = bench.tb
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    prng = random.Random(tb.rng.getrandbits(64))
+    gpu, home = bench.gpu, bench.gpu.home
+    own: dict[int, set[int]] = {}       # GPU line -> values the GPU itself wrote
+    gpu_write = gpu.write
+
+    def write(line: int, data: bytes) -> None:
+        own.setdefault(line, set()).add(int.from_bytes(data, "little"))
+        gpu_write(line, data)
+
+    gpu.write = write
+    scratch = HostScratch(gpu, base=gpu_addr(cfg, 0x10000), size=1 << 16)
+    drv, tables, _, _ = await _layout(bench, rng, cq_host=gpu_addr(cfg, 0x1000),
+                                      write_back=True, scratch=scratch, ring_host=True)
+    n = tb.params.get("n_msgs", 400)
+    fz = CacheFuzzer(bench, prng, n)
+    mark = scratch.heap.next
+    rounds = 0
+
+    async def traffic_round(r: int) -> None:
+        scratch.heap.release(mark)
+        exps = await _queue_lookups(drv, tables, rng, r)
+        if rng.random() < 0.5:
+            t = tables[int(rng.integers(len(tables)))]
+            b = _batch(rng, t.rows)
+            grads = (rng.standard_normal((len(b.offsets), t.dim)) * 0.05).astype(np.float32)
+            exps.append(await drv.update(t, b, grads, batch_id=r))
+        await drv.run()
+        for exp in exps:
+            assert exp.status is Status.OK, (r, exp.status)
+
+    fuzzing = cocotb.start_soon(fz.run())
+    while not fz.done:
+        await traffic_round(rounds)
+        rounds += 1
+        if fz.want_quiet:
+            await fz.quiet()
+    await fuzzing
+    tb.log.info("%d fuzzed H2D messages in %d checks, %d quiet points, among %d doorbells "
+                "of legal traffic (%d legal H2D answers, %d reads, %d writes): %s",
+                fz.made, fz.checks, fz.quiet_points, rounds, fz.legal_answers,
+                len(home.reads), len(home.writes), dict(sorted(fz.kinds.items())))
+    assert sum(fz.kinds.values()) == fz.made, (fz.made, fz.kinds)
+    # Legal traffic afterwards: no error of any kind.
+    home.faults = None
+    for r in range(2):
+        await traffic_round(rounds + r)
+    await bench.check_errors()
+    fz.check_bounds()
+    # The golden tables, bit for bit; every change of GPU memory explained.
+    for t in tables:
+        assert drv.image(t.base, t.nbytes) == emb.pack_rows(t.data, base=t.image0), (
+            f"table at {t.base:#x} differs from the golden model")
+    device = {(w.line, w.value) for w in home.writes
+              if w.value is not None and "go_err_writepull" not in w.faults}
+    for line, history in home.history.items():
+        assert home.mem[line] == history[-1][1], f"GPU line {line:#x}: history"
+        for cycle, value in history[1:]:
+            assert value in own.get(line, ()) or (line, value) in device, (
+                f"GPU line {line:#x} written at cycle {cycle} with a value neither the GPU "
+                "nor a write of the device made")
+    if "out" in tb.params:
+        Path(tb.params["out"]).write_text(json.dumps({
+            "fuzzed_cxl_cache_messages": fz.made, "kinds": dict(sorted(fz.kinds.items())),
+            "legal_h2d_answers": fz.legal_answers, "device_reads": len(home.reads),
+            "device_writes": len(home.writes), "doorbells": rounds, "checks": fz.checks,
+            "quiet_points": fz.quiet_points, "max_snoop_wait": home.snoop_wait_max,
+            "max_request_cycles": fz.max_request, "max_pull_cycles": fz.max_pull,
+            "seed": tb.seed}) + "\n")
     await bench.finish()
