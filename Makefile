@@ -8,7 +8,7 @@
 #   make ruff     ruff on the Python only (seconds; CI runs it before the tests)
 #   make bench    benchmarks, JSON under build/bench/
 #   make sweep    speedup over the baselines across platform and workload (build/bench/sweep*)
-#   make fuzz     the fuzzers: 10,000 descriptors, 100,000 CXL.mem messages (build/bench/robustness.json)
+#   make fuzz     the fuzzers: 10,000 descriptors, 100,000 CXL.mem and 100,000 CXL.cache messages (build/bench/robustness.json)
 #   make campaign N=<points>  the crash campaign in parallel chunks (build/campaign/summary.json)
 #   make synth    Yosys + nextpnr-ecp5 resource and Fmax estimate, JSON under build/synth/
 #   make formal   bounded proofs of the bus rules (yosys-smtbmc), JSON under build/formal/
@@ -92,14 +92,16 @@ bench: $(STAMP) check-sim
 sweep: $(STAMP) check-sim
 	$(PY) -m sim.sweep --config $(CONFIG) --sim $(SIM) $(if $(SEED),--seed $(SEED))
 
-# The fuzzers (sim/fuzz.py): DESCRIPTORS random descriptors and MESSAGES random CXL.mem
-# messages, one simulator run each; figures into build/bench/robustness.json.
-# CONFIG defaults to small here. About 25 minutes on 2 cores.
-DESCRIPTORS ?= 10000
-MESSAGES    ?= 100000
+# The fuzzers (sim/fuzz.py): DESCRIPTORS random descriptors, MESSAGES random CXL.mem
+# messages and CACHE_MESSAGES fuzzed CXL.cache (H2D) messages, one simulator run each
+# (0 skips one); figures into build/bench/robustness.json.
+# CONFIG defaults to small here. About 30 minutes on 2 cores.
+DESCRIPTORS    ?= 10000
+MESSAGES       ?= 100000
+CACHE_MESSAGES ?= 100000
 
 fuzz: $(STAMP) check-sim
-	$(PY) -m sim.fuzz --descriptors $(DESCRIPTORS) --messages $(MESSAGES) --sim $(SIM) $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG)) $(if $(SEED),--seed $(SEED))
+	$(PY) -m sim.fuzz --descriptors $(DESCRIPTORS) --messages $(MESSAGES) --cache-messages $(CACHE_MESSAGES) --sim $(SIM) $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG)) $(if $(SEED),--seed $(SEED))
 
 # The crash campaign at scale (sim/campaign.py): N crash points in chunks of CHUNK, one
 # simulator run each, on all local cores (JOBS) or a Dask cluster (DASK=<address>|local;

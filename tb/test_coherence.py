@@ -1140,7 +1140,7 @@ CACHE_FUZZ_QUIET_EVERY = 4
 #: behind fuzzed messages on the same H2D channel).
 SNOOP_BOUND = 64
 PULL_BOUND = 128
-REQUEST_BOUND = 1000
+REQUEST_BOUND = 500
 #: H2D Rsp opcodes that a write in flight cannot take (``docs/cxl-cache.md``, "Writes":
 #: ExtCmp, Fast_GO, Fast_GO_WritePull and the reserved ones).
 _WRITE_UNEXPECTED = sorted({H2DRspOpcode.ExtCmp.value, H2DRspOpcode.Fast_GO.value,
@@ -1336,10 +1336,11 @@ class CacheFuzzer:
             return self.bench.agent.host_line(r.randrange(self.bench.agent.window_lines))
         return r.getrandbits(46)
 
-    def snoop(self, due: int) -> None:
+    def snoop(self, due: int, *, reserved: bool | None = None) -> None:
         r = self.rng
-        op = r.choice(_RESERVED_SNOOPS) if r.random() < 0.4 else r.choice(
-            [o.value for o in H2DReqOpcode])
+        if reserved is None:
+            reserved = r.random() < 0.4
+        op = r.choice(_RESERVED_SNOOPS if reserved else [o.value for o in H2DReqOpcode])
         self.home.snoop(due, self._snoop_line(), op, uqid=r.choice((None, 0, 4095)),
                         rsvd=r.choice((0, 0, 3)),
                         tag="snoop_reserved" if op in _RESERVED_SNOOPS else "snoop")
@@ -1382,6 +1383,14 @@ class CacheFuzzer:
                 await self.check()
                 if self.checks % CACHE_FUZZ_QUIET_EVERY == 1:
                     self.want_quiet = True
+                if r.random() < 0.5:
+                    # A round that opens with an H2D Rsp, an H2D Data and a reserved
+                    # snoop due at once: their errors often come in one cycle, or the
+                    # snoop's (one cycle after its transfer) in the cycle of another's
+                    # (two after), so the first-error record's tie rule is exercised.
+                    for what in ("rsp_beyond", "data_beyond"):
+                        self.emit(what, loop.cycle)
+                    self.snoop(loop.cycle, reserved=True)
             what = r.choices(kinds, weights)[0]
             burst = r.randint(2, 16) if r.random() < 0.15 else 1
             due = loop.cycle + (0 if burst > 1 else r.randint(0, 30))
