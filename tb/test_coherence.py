@@ -12,7 +12,8 @@ cycles on every source and random backpressure on every sink of all ten CXL chan
 
 Test parameters: ``n_desc`` (LOOKUPs per test), ``n_gpu`` (GPU cache operations of the
 background traffic), ``gpu_latency`` (GPU home's answer latency, cycles),
-``host_latency`` (the host's forward latency).
+``host_latency`` (the host's forward latency), ``n_msgs`` (fuzzed H2D messages of the
+CXL.cache fuzzer, ``test_cxl_cache_fuzz``) and ``out`` (a JSON file for its figures).
 """
 
 from __future__ import annotations
