@@ -13,6 +13,13 @@ responses by tag, and checks each one against the contract of ``docs/mem-endpoin
   before the request's handshake, or any response to a request that gets none
   (MemSpecRd, MemRdFwd, MemWrFwd) fails the test at once with a message naming the
   request.
+* **Tag reuse** (``allow_reuse=True``, ``docs/mem-endpoint.md`` "Tag reuse"): a request
+  may carry the Tag of requests still in flight. A response of such a tag goes to the
+  one request of the tag it matches in every check above (and, for a write's NDR,
+  durability); none fails the test, and of several equal candidates (the host cannot
+  tell them apart, nor does the device promise an order) the oldest takes it. Each
+  request must still get exactly its responses. A tag with one request in flight is
+  matched and checked exactly as without reuse.
 * **Durability**: when a write's NDR Cmp arrives, the PMEM model's persistent image of
   the line must equal the golden value after this write or after a later write of the
   same line (``docs/architecture.md``: the device reports a write only once it is durable).
@@ -126,6 +133,8 @@ class Txn:
         Received responses (field dicts) and their cycles ``ndr_cycle`` / ``drs_cycle``.
     abandoned:
         Dropped by a reset or power failure before completing.
+    reused:
+        Issued (``allow_reuse``) while another request with its Tag was in flight.
     """
 
     channel: str
@@ -154,6 +163,7 @@ class Txn:
     ndr_cycle: int | None = None
     drs_cycle: int | None = None
     abandoned: bool = False
+    reused: bool = False
     #: Set before the handshake when the test makes PMEM answer this request with an
     #: error response: DRS then carries Poison, a write's data is not checked for
     #: durability, and PMEM_RESP is expected with the PMEM line and channel latched.
@@ -227,6 +237,9 @@ class TrafficMix:
     #: MemRdFwd / MemWrFwd with no CXL.cache request of the device outstanding (no
     #: response; only right while the device's CXL.cache side is idle).
     UnexpectedFwd: float = 0
+    #: A legal request (MemRd, MemRdData, MemInv, MemClnEvct, MemWr, MemWrPtl) with the
+    #: Tag of a request in flight (``allow_reuse``; a fresh tag when none is).
+    ReusedTag: float = 0
 
     def items(self) -> list[tuple[str, float]]:
         return [(k, getattr(self, k)) for k in self.__dataclass_fields__ if getattr(self, k) > 0]
@@ -235,6 +248,11 @@ class TrafficMix:
 DEFAULT_MIX = TrafficMix()
 _RWD_KINDS = frozenset({"MemWr", "MemWrPtl", "BIConflict", "OutOfRangeWr", "Poisoned",
                         "EmptyPtl", "ReservedRwd"})
+#: What a ``ReusedTag`` request of the random traffic is (each answered by the device).
+_REUSED_KINDS = ("MemRd", "MemRdData", "MemInv", "MemClnEvct", "MemWr", "MemWrPtl")
+#: Req opcodes the device never answers: their tags are not reused by the random traffic.
+_SILENT_REQ = frozenset(op.value for op in (M2SReqOpcode.MemSpecRd, M2SReqOpcode.MemRdFwd,
+                                            M2SReqOpcode.MemWrFwd))
 _RESERVED_REQ = tuple(sorted(set(range(16)) - {op.value for op in M2SReqOpcode}))
 _RESERVED_RWD = tuple(sorted(set(range(16)) - {op.value for op in M2SRwDOpcode}))
 
@@ -362,6 +380,8 @@ class HostAgent:
         PMEM lines whose content is undefined after a reset (unacknowledged writes).
     checked:
         Responses checked so far.
+    reuse_matched:
+        Of them, responses of a Tag with several requests in flight (:meth:`_match`).
     protocol:
         The :class:`~tb.cxl_protocol.ProtocolChecker` of the link (a coherent bench
         shares it with its CXL.cache models).
@@ -383,6 +403,8 @@ class HostAgent:
         self.stats = TrafficStats()
         self.errors: list[str] = []
         self.checked = 0
+        self.reuse_matched = 0
+        self._meta_guess = False                    # see _match
         self.err_status = 0
         self.first_error: Txn | None = None
         self.unknown: set[int] = set()
@@ -390,7 +412,8 @@ class HostAgent:
         self.protocol = ProtocolChecker()
         self.set_hdm(config.hdm_base, config.hdm_size)
 
-        self._pending: dict[int, Txn] = {}          # tag -> issued, not completed
+        self._pending: dict[int, list[Txn]] = {}    # tag -> issued, not completed (oldest first)
+        self._n_pending = 0
         self._queues = {"req": deque(), "rwd": deque()}  # issued, not yet handed over
         self._quarantine: dict[int, Txn] = {}       # tags of requests with no response
         self._recent: dict[int, Txn] = {}           # recently completed, for messages
@@ -448,7 +471,22 @@ class HostAgent:
     @property
     def outstanding(self) -> int:
         """Requests issued and not completed (queued ones included)."""
-        return len(self._pending)
+        return self._n_pending
+
+    def _add_pending(self, txn: Txn) -> None:
+        self._pending.setdefault(txn.tag, []).append(txn)
+        self._n_pending += 1
+
+    def _drop_pending(self, txn: Txn) -> None:
+        txns = self._pending[txn.tag]
+        txns.remove(txn)
+        if not txns:
+            del self._pending[txn.tag]
+        self._n_pending -= 1
+
+    def pending_txns(self) -> list[Txn]:
+        """Requests issued and not completed, in issue order."""
+        return sorted((t for ts in self._pending.values() for t in ts), key=lambda t: t.issued)
 
     @property
     def queued(self) -> int:
@@ -461,19 +499,22 @@ class HostAgent:
 
     # --- issue ------------------------------------------------------------------------
     def _issue(self, channel: str, fields: dict, *, data: bytes | None = None,
-               byte_enable: int = FULL_MASK) -> Txn:
+               byte_enable: int = FULL_MASK, allow_reuse: bool = False) -> Txn:
         if self._in_reset:
             raise RuntimeError("cannot issue CXL.mem requests while the device is in reset")
         tag = fields.get("tag")
+        reused = False
         if tag is None:
             tag = fields["tag"] = self._alloc_tag()
-        elif tag in self._pending or tag in self._quarantine:
+        elif tag in self._quarantine or (tag in self._pending and not allow_reuse):
             raise ValueError(f"tag {tag:#06x} is in use")
+        else:
+            reused = tag in self._pending
         self._recent.pop(tag, None)
         line = fields["address"] >> 1 if channel == "req" else fields["address"]
         txn = Txn(channel, fields["opcode"], tag, line, fields, data=data,
-                  byte_enable=byte_enable, issued=self.loop.cycle)
-        self._pending[tag] = txn
+                  byte_enable=byte_enable, issued=self.loop.cycle, reused=reused)
+        self._add_pending(txn)
         self._queues[channel].append(txn)
         at = 0
         if self.link is not None:
@@ -482,17 +523,20 @@ class HostAgent:
         return txn
 
     def send_req(self, opcode: M2SReqOpcode | int, line: int, *, tag: int | None = None,
-                 **kw) -> Txn:
-        """Any M2S Req (reserved opcodes and out-of-range lines included)."""
-        return self._issue("req", req_fields(opcode, tag=tag, line=line, **kw))
+                 allow_reuse: bool = False, **kw) -> Txn:
+        """Any M2S Req (reserved opcodes and out-of-range lines included). A ``tag``
+        still in flight raises ValueError unless ``allow_reuse`` (module docstring)."""
+        return self._issue("req", req_fields(opcode, tag=tag, line=line, **kw),
+                           allow_reuse=allow_reuse)
 
     def send_rwd(self, opcode: M2SRwDOpcode | int, line: int, data: bytes | None = None, *,
-                 tag: int | None = None, byte_enable: int = FULL_MASK, **kw) -> Txn:
+                 tag: int | None = None, byte_enable: int = FULL_MASK,
+                 allow_reuse: bool = False, **kw) -> Txn:
         """Any M2S RwD (reserved opcodes, poison and empty byte enables included)."""
         data = data if data is not None else self.rng.randbytes(LINE_BYTES)
         return self._issue("rwd", rwd_fields(opcode, tag=tag, line=line, data=data,
                                              byte_enable=byte_enable, **kw),
-                           data=data, byte_enable=byte_enable)
+                           data=data, byte_enable=byte_enable, allow_reuse=allow_reuse)
 
     def read(self, line: int, *, meta_value: MetaValue | int = MetaValue.Any,
              opcode: M2SReqOpcode = M2SReqOpcode.MemRd, **kw) -> Txn:
@@ -548,7 +592,7 @@ class HostAgent:
                 self.first_error = txn
             self.err_status |= txn.err_bits
         if txn.silent:
-            del self._pending[txn.tag]
+            self._drop_pending(txn)
             self._quarantine[txn.tag] = txn
             if len(self._quarantine) > QUARANTINE:
                 del self._quarantine[next(iter(self._quarantine))]
@@ -558,9 +602,10 @@ class HostAgent:
     def _track(self, txn: Txn, cycle: int) -> None:
         """Open the request's transaction in the protocol checker; a request the table
         has no row for (a reserved opcode, a forward with no D2H request) is the host's
-        own bad input, which only the agent's expectation covers."""
+        own bad input, which only the agent's expectation covers; so is a reused Tag
+        while the checker has a transaction of that Tag open (it keys them by Tag)."""
         r = row(f"m2s_{txn.channel}", txn.opcode, "hdm" if txn.dev_line is not None else "nxm")
-        if r is not None:
+        if r is not None and ("tag", txn.tag) not in self.protocol.open:
             self.protocol.request(f"m2s_{txn.channel}", txn.fields, cycle, target=r.target)
             txn.tracked = True
 
@@ -632,7 +677,10 @@ class HostAgent:
     # --- responses --------------------------------------------------------------------
     def _lookup(self, channel: str, f: dict, cycle: int) -> Txn:
         tag = f["tag"]
-        txn = self._pending.get(tag)
+        txns = self._pending.get(tag)
+        self._meta_guess = False
+        txn = None if txns is None else txns[0] if len(txns) == 1 else \
+            self._match(channel, txns, f, cycle)
         if txn is None:
             silent = self._quarantine.get(tag)
             if silent is not None:
@@ -649,6 +697,56 @@ class HostAgent:
         self.stats.dev_load[f["dev_load"]] += 1
         return txn
 
+    def _match(self, channel: str, txns: list[Txn], f: dict, cycle: int) -> Txn:
+        """The request a response of a reused Tag belongs to: the one of ``txns`` (all
+        in flight with that Tag) whose every check it passes; of several, one whose
+        MetaValue is known, then the oldest. None matching fails the test. When the
+        choice is among several whose MetaValue is unknown (lines whose state this agent
+        has not stored yet), the response does not fix the chosen one's MetaValue: it
+        may be another's."""
+        why = [(t, self._mismatch(channel, t, f)) for t in txns]
+        ok = [t for t, bad in why if bad is None]
+        self.reuse_matched += 1
+        if not ok:
+            self.fail(f"cycle {cycle}: S2M {channel} {_header(f)} of reused tag {f['tag']:#06x} "
+                      f"matches none of its {len(txns)} requests in flight: "
+                      + "; ".join(f"{t.describe()}: {bad}" for t, bad in why))
+        txn = min(ok, key=lambda t: (t.exp_meta is None, t.seq))
+        self._meta_guess = txn.exp_meta is None and len(ok) > 1
+        return txn
+
+    def _mismatch(self, channel: str, txn: Txn, f: dict) -> str | None:
+        """Why response ``f`` cannot be ``txn``'s (None: it passes every check of
+        :meth:`_on_ndr` / :meth:`_on_drs`, a write's durability included)."""
+        if txn.accepted is None:
+            return "not accepted yet"
+        if channel == "NDR":
+            if txn.exp_ndr is None:
+                return "gets no NDR"
+            if txn.ndr is not None:
+                return "has its NDR"
+            if f["opcode"] != txn.exp_ndr:
+                return f"expects NDR {_ndr_name(txn.exp_ndr)}"
+            if txn.writes_memory and not txn.pmem_error and not self._durable_ok(txn):
+                return "not durable in PMEM"
+        else:
+            if txn.exp_drs is None:
+                return "gets no DRS"
+            if txn.drs is not None:
+                return "has its DRS"
+            if f["opcode"] != txn.exp_drs:
+                return f"expects DRS opcode {txn.exp_drs:03b}"
+            if f["poison"] != (txn.pmem_error or txn.exp_poison):
+                return "other Poison"
+            if not txn.pmem_error and int_to_line(f["data"]) != txn.exp_data:
+                return "other data"
+        for name in ("meta_field", "ld_id"):
+            if f[name] != txn.fields[name]:
+                return f"sent {name}={txn.fields[name]}"
+        if txn.exp_meta is not None and f["meta_value"] != txn.exp_meta:
+            return f"expects MetaValue={txn.exp_meta}"
+        return None
+
     def _check_echo(self, channel: str, txn: Txn, f: dict, cycle: int) -> None:
         sent = txn.fields
         for name in ("meta_field", "ld_id"):
@@ -656,7 +754,8 @@ class HostAgent:
                 self.fail(f"cycle {cycle}: S2M {channel} for {txn.describe()} echoes "
                           f"{name}={f[name]}, the request had {sent[name]}")
         if txn.exp_meta is None:        # the line's state before this agent knew it
-            txn.exp_meta = f["meta_value"]
+            if not self._meta_guess:
+                txn.exp_meta = f["meta_value"]
         elif f["meta_value"] != txn.exp_meta:
             self.fail(f"cycle {cycle}: S2M {channel} for {txn.describe()} carries "
                       f"MetaValue={f['meta_value']}, expected {txn.exp_meta} (the line's "
@@ -755,12 +854,20 @@ class HostAgent:
 
     def _complete(self, txn: Txn, cycle: int) -> None:
         txn.completed = cycle
-        del self._pending[txn.tag]
+        self._drop_pending(txn)
         self._recent[txn.tag] = txn
         if len(self._recent) > QUARANTINE:
             del self._recent[next(iter(self._recent))]
         self.stats.record(txn)
         txn.event.set()
+
+    def _durable_ok(self, txn: Txn) -> bool:
+        """PMEM holds write ``txn`` durably: the line's persistent image is the value
+        after it or after a later write of the line (True without a PMEM view)."""
+        if self.pmem_line is None:
+            return True
+        return self.pmem_line(txn.dev_line) in [e[1] for e in self._hist[txn.dev_line]
+                                                if e[0] >= txn.seq]
 
     def _durable(self, txn: Txn, cycle: int, check: bool = True) -> None:
         hist = self._hist[txn.dev_line]
@@ -790,7 +897,7 @@ class HostAgent:
     def _describe_pending(self) -> str:
         if not self._pending:
             return "none outstanding"
-        txns = sorted(self._pending.values(), key=lambda t: t.issued)
+        txns = self.pending_txns()
         head = "; ".join(t.describe() for t in txns[:3])
         return f"{len(txns)} outstanding, oldest: {head}"
 
@@ -821,7 +928,7 @@ class HostAgent:
             self.bfm.checkers[checker].clear()
         self.bfm.clear()
         lost = []
-        for txn in self._pending.values():
+        for txn in self.pending_txns():
             if txn.dev_line is not None:
                 # Its meta update may or may not have happened (it may have been lost
                 # between the link and the endpoint, in the M2S router).
@@ -833,6 +940,7 @@ class HostAgent:
                 self.unknown.add(txn.dev_line)
             txn.event.set()
         self._pending.clear()
+        self._n_pending = 0
         for q in self._queues.values():
             q.clear()
         self._arriving.clear()
@@ -962,12 +1070,14 @@ class HostAgent:
         while len(txns) < n and not self._stop:
             # A drawn request waits for room in its channel's queue (it is not redrawn),
             # so the issued mix is the requested one even when one channel stalls.
-            while len(txns) < n and len(self._pending) < limit and not self._stop:
+            while len(txns) < n and self._n_pending < limit and not self._stop:
                 if kind is None:
                     kind = rng.choices(kinds, weights)[0]
                     if kind == "OutOfRange":
                         kind = rng.choice(("OutOfRangeRd", "OutOfRangeWr"))
-                source = rwd if kind in _RWD_KINDS else req
+                    elif kind == "ReusedTag":
+                        kind = "Reused" + rng.choice(_REUSED_KINDS)
+                source = rwd if kind.removeprefix("Reused") in _RWD_KINDS else req
                 if source.pending >= max_queued:
                     break
                 txns.append(self._random_txn(kind, pick))
@@ -980,6 +1090,12 @@ class HostAgent:
     def _random_txn(self, kind: str, pick: Callable[[], int]) -> Txn:
         rng = self.rng
         common = {"ld_id": rng.randrange(16), "tc": rng.randrange(4)}
+        if kind.startswith("Reused"):
+            kind = kind.removeprefix("Reused")
+            tags = [tag for tag, ts in self._pending.items()
+                    if not any(t.channel == "req" and t.opcode in _SILENT_REQ for t in ts)]
+            if tags:
+                common.update(tag=rng.choice(tags), allow_reuse=True)
         if kind == "OutOfRangeWr":
             return self.write(self._out_of_range_line(), rng.randbytes(LINE_BYTES), **common)
         if kind == "OutOfRangeRd":
@@ -1038,6 +1154,11 @@ def random_byte_enable(rng: random.Random) -> int:
     if r < 0.55:
         return FULL_MASK
     return rng.getrandbits(LINE_BYTES) or 1
+
+
+def _header(f: dict) -> dict:
+    """A response's fields without its data, for messages."""
+    return {k: v for k, v in f.items() if k != "data"}
 
 
 def _ndr_name(code: int) -> str:

@@ -39,9 +39,10 @@ NOISE = {"idle": [False, True], "backpressure": [False, True]}
 WITH_BAD_INPUT = TrafficMix(OutOfRange=1, Poisoned=1, EmptyPtl=0.5, ReservedReq=0.5,
                             ReservedRwd=0.5)
 #: The CXL.mem fuzzer's mix: every legal request at the default weights, and about a
-#: fifth bad requests of every kind the device receives on M2S Req and RwD.
+#: fifth bad requests of every kind the device receives on M2S Req and RwD, and about 3 %
+#: legal requests that reuse the Tag of a request in flight.
 FUZZ_MIX = TrafficMix(OutOfRange=8, Poisoned=8, EmptyPtl=4, ReservedReq=4, ReservedRwd=4,
-                      UnexpectedFwd=3)
+                      UnexpectedFwd=3, ReusedTag=4)
 #: Requests between two checks of the error CSRs in the fuzzer.
 FUZZ_ROUND = 500
 #: Mostly reads: a write waits until nothing of its ordering bucket is in flight, so a
@@ -580,6 +581,65 @@ async def test_bad_unexpected_fwd(dut):
 
 @group("bad_input")
 @cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_bad_tag_reuse(dut, idle, backpressure):
+    """The host reuses a Tag in flight (``docs/mem-endpoint.md``, "Tag reuse"): rounds of
+    3 to 8 requests with one Tag, reads, full and partial writes, MemInv and now and
+    then an out-of-range read, of the same and of different lines, with the same LD-ID
+    and metadata, so that only the opcode, data and MetaValue of a response tell whose
+    it is. Each request must get exactly its own responses (the agent's matching,
+    :meth:`HostAgent._match`), in any order; reuse is not an error (ERR_STATUS holds only
+    the out-of-range reads' HDM_RANGE); PMEM equals the golden memory at the end."""
+    tb = await _started(dut, _tag("bad_tag_reuse", idle, backpressure), idle=idle,
+                        backpressure=backpressure)
+    a, rng = tb.agent, tb.rng
+    lines = [a.host_line(d) for d in await _prefill(tb, 6)]
+    # Store a Meta0-State in every line, so that the agent knows each response's MetaValue.
+    await a.wait_all([a.inv(line) for line in lines])
+    outside = _outside_lines(tb)
+    issued = reused = 0
+    for _ in range(30):
+        common = {"meta_field": MetaField.Meta0State, "ld_id": rng.randrange(16),
+                  "meta_value": rng.choice((MetaValue.Invalid, MetaValue.Any, MetaValue.Shared))}
+        few = rng.sample(lines, rng.randint(1, 3))      # same line and different lines
+        txns = []
+        for i in range(rng.randint(3, 8)):
+            kw = dict(common, allow_reuse=True, tag=txns[0].tag) if i else dict(common)
+            line, r = rng.choice(few), rng.random()
+            if r < 0.35:
+                txns.append(a.read(line, **kw))
+            elif r < 0.55:
+                txns.append(a.write(line, rng.randbytes(LINE_BYTES), **kw))
+            elif r < 0.7:
+                txns.append(a.write(line, rng.randbytes(LINE_BYTES), random_byte_enable(rng),
+                                    **kw))
+            elif r < 0.8:
+                txns.append(a.read(line, opcode=M2SReqOpcode.MemRdData, **kw))
+            elif r < 0.95:
+                txns.append(a.inv(line, **kw))
+            else:
+                txns.append(a.read(rng.choice(outside), **kw))
+            if rng.random() < 0.3:
+                await tb.loop.wait_cycles(rng.randrange(1, 6))
+        reused += sum(t.reused for t in txns)
+        await a.wait_all(txns)
+        for t in txns:
+            assert (t.ndr is not None) == (t.exp_ndr is not None), t.describe()
+            assert (t.drs is not None) == (t.exp_drs is not None), t.describe()
+        issued += len(txns)
+        await tb.loop.wait_cycles(rng.randrange(0, 20))
+    tb.log.info("%d requests in rounds of one tag, %d of them reusing it in flight; %d "
+                "responses matched among several requests of their tag", issued, reused,
+                a.reuse_matched)
+    assert reused > issued // 2 and a.reuse_matched > issued // 4, (issued, reused,
+                                                                     a.reuse_matched)
+    await tb.check_errors()
+    assert a.check_memory() > 0
+    await _works_after(tb)
+
+
+@group("bad_input")
+@cocotb.test()
 async def test_bad_pmem_response(dut):
     """PMEM answers SLVERR / DECERR: the read still completes with DRS MemData carrying
     Poison, the write with NDR Cmp; PMEM_RESP is latched with the PMEM channel, the
@@ -965,7 +1025,8 @@ async def test_cxl_mem_fuzz(dut):
     """CXL.mem fuzzer: ``n_msgs`` random M2S messages (``FUZZ_MIX``): every legal
     opcode with random metadata, LD-ID, traffic class, byte enables (garbage where the
     opcode ignores them) and tags, mixed with out-of-range, poisoned, empty partial,
-    reserved-opcode and unexpected forward requests, on hot and spread lines, with
+    reserved-opcode and unexpected forward requests, and legal requests reusing the Tag
+    of a request in flight (``ReusedTag``), on hot and spread lines, with
     random idle cycles and backpressure on every channel and a PMEM of random timing.
     The host agent checks every response exactly (a legal request unanswered within its
     timeout fails the test), the error CSRs must hold the first error of every round of
@@ -978,7 +1039,7 @@ async def test_cxl_mem_fuzz(dut):
     tb = await _started(dut, "cxl_mem_fuzz", idle=True, backpressure=True, timing=timing)
     n = tb.params.get("n_msgs", 1000)
     kinds: dict[str, int] = {}
-    sent = 0
+    sent = reused = 0
     while sent < n:
         txns = await tb.agent.run_random(min(FUZZ_ROUND, n - sent), mix=FUZZ_MIX,
                                          hot_fraction=rng.choice((0.02, 0.5, 0.9)))
@@ -986,14 +1047,18 @@ async def test_cxl_mem_fuzz(dut):
             k = "+".join(name for name, bit in vars(ErrBit).items()
                          if isinstance(bit, int) and t.err_bits >> bit & 1) or "legal"
             kinds[k] = kinds.get(k, 0) + 1
+            reused += t.reused
         sent += len(txns)
         await tb.check_errors()
     bad = sum(v for k, v in kinds.items() if k != "legal")
-    tb.log.info("%d fuzzed CXL.mem messages, %d of them bad: %s", sent, bad, kinds)
-    assert bad and kinds.get("legal"), kinds
+    tb.log.info("%d fuzzed CXL.mem messages, %d of them bad: %s; %d reused a tag in flight "
+                "(%d responses matched among several requests of one tag)", sent, bad, kinds,
+                reused, tb.agent.reuse_matched)
+    assert bad and kinds.get("legal") and reused, (kinds, reused)
     await tb.agent.run_random(200)
     await tb.check_errors()
     if "out" in tb.params:
         Path(tb.params["out"]).write_text(json.dumps(
-            {"fuzzed_cxl_messages": sent, "kinds": kinds, "seed": tb.seed}) + "\n")
+            {"fuzzed_cxl_messages": sent, "kinds": kinds, "reused_tag": reused,
+             "seed": tb.seed}) + "\n")
     await tb.finish()
