@@ -10,6 +10,7 @@
 #   make sweep    speedup over the baselines across platform and workload (build/bench/sweep*)
 #   make fuzz     the fuzzers: 10,000 descriptors, 100,000 CXL.mem and 100,000 CXL.cache messages (build/bench/robustness.json)
 #   make campaign N=<points>  the crash campaign in parallel chunks (build/campaign/summary.json)
+#   make coverage line and toggle coverage per block of the Verilator regression (build/coverage/)
 #   make synth    Yosys + nextpnr-ecp5 resource and Fmax estimate, JSON under build/synth/
 #   make formal   bounded proofs of the bus rules (yosys-smtbmc), JSON under build/formal/
 # Variables: SIM=verilator|icarus  CONFIG=<preset name or .toml path>  WAVES=1  SEED=<n>
@@ -31,7 +32,7 @@ TEST_SIM := $(if $(filter command line environment,$(origin SIM)),$(SIM))
 # make lint checks every preset unless CONFIG is given.
 LINT_CONFIGS := $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG))
 
-.PHONY: all venv verilog sim test test-fast lint ruff bench sweep fuzz campaign synth formal clean check-icarus check-sim help
+.PHONY: all venv verilog sim test test-fast lint ruff bench sweep fuzz campaign coverage synth formal clean check-icarus check-sim help
 all: help
 
 help:
@@ -111,6 +112,11 @@ CHUNK ?= 50
 
 campaign: $(STAMP) check-sim
 	$(PY) -m sim.campaign --points $(N) --chunk $(CHUNK) --sim $(SIM) $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG)) $(if $(SEED),--seed $(SEED)) $(if $(JOBS),--jobs $(JOBS)) $(if $(DASK),--dask $(DASK))
+
+# Line and toggle coverage per block (sim/coverage.py): the Verilator regression of
+# CONFIG (small here) on a coverage build; build/coverage/<config>/summary.json.
+coverage: $(STAMP) check-sim
+	$(PY) -m sim.coverage $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG)) $(if $(JOBS),--jobs $(JOBS))
 
 # Resource / Fmax estimate on an ECP5-85F (out of context); installs the YoWASP tools on first use.
 SYNTH_STAMP := $(VENV)/.installed-synth

@@ -61,8 +61,19 @@ VERILATOR_ARGS = ("-Wno-fatal", "-Wno-CASEINCOMPLETE", "-Wno-WIDTHEXPAND", "-Wno
                   "--x-assign", "fast", "--x-initial", "fast", "-O3")
 
 
+#: Verilator options of a coverage build (``make coverage``, ``sim/coverage.py``).
+COVERAGE_ARGS = ("--coverage-line", "--coverage-toggle")
+
+
+def coverage_on() -> bool:
+    """Whether Verilator builds collect coverage: ``TCXL_COVERAGE=1``, as ``make
+    coverage`` sets it. Each run then writes ``coverage.dat`` into its test directory."""
+    return os.environ.get("TCXL_COVERAGE") == "1"
+
+
 def _build_dir(design: str, config: DeviceConfig, sim: str, waves: bool) -> Path:
-    return BUILD / "sim" / f"{design}-{config.tag}-{sim}{'-waves' if waves else ''}"
+    cov = "-cov" if sim == "verilator" and coverage_on() else ""
+    return BUILD / "sim" / f"{design}-{config.tag}-{sim}{'-waves' if waves else ''}{cov}"
 
 
 def _rtl_key(design: str, config: DeviceConfig) -> str:
@@ -191,6 +202,8 @@ def build(design: str, config: DeviceConfig, sim: str = "verilator", *, waves: b
             build_args = list(VERILATOR_ARGS)
             if waves:
                 build_args += ["--trace", "--trace-structs"]
+            if coverage_on():
+                build_args += COVERAGE_ARGS
         runner.build(
             sources=sources, hdl_toplevel=top, build_dir=build_dir / "obj",
             build_args=build_args, timescale=("1ns", "1ps"), waves=waves,
