@@ -76,32 +76,42 @@ _TRIGGER = "__024auto__024verilog_backend"
 _RECORD = re.compile(r"^C '(.*)' (\d+)$")
 
 
-def parse(path: Path) -> dict[Point, int]:
-    """The points of one ``coverage.dat`` and their counts (kinds of :data:`KINDS`)."""
-    points: dict[Point, int] = {}
+def _counts(path: Path, into: dict[str, int]) -> None:
+    """Add the count of every record of ``path`` to ``into``, keyed by the record's
+    text (the runs of one build share their records, so the text is parsed once per
+    point, not once per run)."""
     with open(path, encoding="utf-8", errors="surrogateescape") as f:
         for raw in f:
             m = _RECORD.match(raw.rstrip("\n"))
-            if not m:
-                continue
-            kv = _fields(m[1])
-            prefix, _, module = kv.get("page", "").partition("/")
-            kind = KINDS.get(prefix)
-            if kind is None or (kind == "toggle" and kv.get("o", "").startswith(_TRIGGER)):
-                continue
-            p = Point(kind, module, int(kv.get("l", 0)), int(kv.get("n", 0)),
-                      kv.get("o", ""), kv.get("S", ""))
-            points[p] = points.get(p, 0) + int(m[2])
-    return points
+            if m:
+                into[m[1]] = into.get(m[1], 0) + int(m[2])
+
+
+def _points(counts: dict[str, int]) -> dict[Point, int]:
+    """The records of ``counts`` as points of the kinds of :data:`KINDS`."""
+    points: dict[Point, int] = defaultdict(int)
+    for text, n in counts.items():
+        kv = _fields(text)
+        prefix, _, module = kv.get("page", "").partition("/")
+        kind = KINDS.get(prefix)
+        if kind is None or (kind == "toggle" and kv.get("o", "").startswith(_TRIGGER)):
+            continue
+        points[Point(kind, module, int(kv.get("l", 0)), int(kv.get("n", 0)),
+                     kv.get("o", ""), kv.get("S", ""))] += n
+    return dict(points)
+
+
+def parse(path: Path) -> dict[Point, int]:
+    """The points of one ``coverage.dat`` and their counts (kinds of :data:`KINDS`)."""
+    return merge([path])
 
 
 def merge(files: Iterable[Path]) -> dict[Point, int]:
     """The points of all ``files``, each with the sum of its counts."""
-    total: dict[Point, int] = defaultdict(int)
+    counts: dict[str, int] = {}
     for path in files:
-        for p, n in parse(path).items():
-            total[p] += n
-    return dict(total)
+        _counts(path, counts)
+    return _points(counts)
 
 
 def block_of_modules(config_name: str) -> dict[str, str]:
@@ -141,8 +151,10 @@ class Tally:
     unhit: list = field(default_factory=list)
 
     @property
-    def fraction(self) -> float:
-        return self.hit / self.points if self.points else 1.0
+    def fraction(self) -> float | None:
+        """Hit points over points; None for a block without points of the kind (a block
+        of continuous assignments only has no line point)."""
+        return self.hit / self.points if self.points else None
 
 
 def summarise(points: dict[Point, int], owners: dict[str, str],
@@ -165,6 +177,14 @@ def summarise(points: dict[Point, int], owners: dict[str, str],
     return out
 
 
+def _round(fraction: float | None) -> float | None:
+    return None if fraction is None else round(fraction, 4)
+
+
+def _percent(fraction: float | None) -> str:
+    return "     -" if fraction is None else f"{fraction:6.1%}"
+
+
 def _items(config: str) -> list[str]:
     """The pytest ids of the Verilator cocotb regression of ``config``."""
     files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*_cocotb.py"))
@@ -179,7 +199,7 @@ def run_regression(config: str, jobs: str) -> bool:
     """Run the regression of ``config`` on the coverage build; True when it passed."""
     env = {**os.environ, "TCXL_COVERAGE": "1"}
     build_dir = _build_dir("device", load_config(config), "verilator", False)
-    shutil.rmtree(build_dir.with_name(build_dir.name) / "runs", ignore_errors=True)
+    shutil.rmtree(build_dir / "runs", ignore_errors=True)  # this run's data only
     items = _items(config)
     print(f"coverage: {len(items)} regression items of {config} on the coverage build",
           flush=True)
@@ -213,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "config": args.config, "runs": len(files), "regression_passed": ok,
         "seconds": round(time.monotonic() - t0, 1),
-        "blocks": {b: {k: {"points": t.points, "hit": t.hit, "fraction": round(t.fraction, 4),
+        "blocks": {b: {k: {"points": t.points, "hit": t.hit, "fraction": _round(t.fraction),
                            **({"unhit": t.unhit} if k == "line" else {})}
-                       for k, t in sorted(kinds.items())}
+                       for k in KINDS.values() for t in [kinds[k]]}
                    for b, kinds in sorted(blocks.items())},
     }
     out = BUILD / "coverage" / args.config / "summary.json"
@@ -224,11 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'block':52} {'line':>15} {'toggle':>17}")
     for b, kinds in sorted(blocks.items()):
         ln, tg = kinds["line"], kinds["toggle"]
-        print(f"{b.removeprefix('hw.'):52} {ln.hit:5}/{ln.points:<5} {ln.fraction:6.1%}"
-              f" {tg.hit:6}/{tg.points:<6} {tg.fraction:6.1%}")
+        print(f"{b.removeprefix('hw.'):52} {ln.hit:5}/{ln.points:<5} {_percent(ln.fraction)}"
+              f" {tg.hit:6}/{tg.points:<6} {_percent(tg.fraction)}")
     print(f"coverage of {len(files)} runs -> {out}")
     from .fuzz import update_robustness
-    update_robustness({"line_coverage": {b.removeprefix("hw."): round(k["line"].fraction, 4)
+    update_robustness({"line_coverage": {b.removeprefix("hw."): _round(k["line"].fraction)
                                          for b, k in sorted(blocks.items())}})
     return 0 if ok else 1
 

@@ -60,6 +60,7 @@ def test_summarise_tallies_per_block_and_lists_the_unhit_lines(tmp_path):
     assert [(u["line"], u["verilog"]) for u in a_line.unhit] == [(2, "else")]
     b = blocks["hw.y.B"]
     assert (b["line"].hit, b["line"].points, b["toggle"].hit, b["toggle"].points) == (0, 1, 1, 1)
+    assert blocks["hw.x.A"]["toggle"].fraction is None     # no toggle point: no figure
 
 
 def test_every_module_of_the_small_device_belongs_to_a_block_in_hw():
