@@ -38,7 +38,7 @@ from hw.config import load_config
 
 from .runner import BUILD, ROOT, _build_dir, emit_shared
 
-__all__ = ["Point", "block_of_modules", "main", "merge", "parse", "summarise"]
+__all__ = ["Point", "block_of_modules", "main", "merge", "owner", "parse", "summarise"]
 
 #: The kinds of coverage point reported, by the prefix of Verilator's ``page`` field.
 KINDS = {"v_line": "line", "v_toggle": "toggle"}
@@ -144,6 +144,12 @@ def _plain(module: str) -> str:
     return ".".join(re.sub(r"\$\d+$", "", part) for part in module.split("."))
 
 
+def owner(owners: dict[str, str], module: str) -> str | None:
+    """The block of Verilog module ``module`` in ``owners`` (:func:`block_of_modules`),
+    also when Yosys has suffixed a part of its name (:func:`_plain`); None if unknown."""
+    return owners.get(module) or owners.get(_plain(module))
+
+
 @dataclass
 class Tally:
     points: int = 0
@@ -165,7 +171,7 @@ def summarise(points: dict[Point, int], owners: dict[str, str],
     out: dict[str, dict[str, Tally]] = defaultdict(lambda: defaultdict(Tally))
     for p, n in points.items():
         module = p.module.lstrip("\\")
-        block = owners.get(module) or owners.get(_plain(module), module)
+        block = owner(owners, module) or module
         t = out[block][p.kind]
         t.points += 1
         if n:

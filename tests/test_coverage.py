@@ -68,5 +68,5 @@ def test_every_module_of_the_small_device_belongs_to_a_block_in_hw():
     modules = re.findall(r"^module \\?([^\s(]+)", path.read_text(), re.MULTILINE)
     owners = cov.block_of_modules("small")
     unowned = [m for m in modules
-               if not (owners.get(m) or owners.get(cov._plain(m), "")).startswith("hw.")]
+               if not (cov.owner(owners, m) or "").startswith("hw.")]
     assert len(modules) > 100 and unowned == []
