@@ -284,6 +284,11 @@ class PmemModel:
     and stops the model until :meth:`power_on`. :meth:`reset` (a manager reset without
     power loss) loses reads and applies pending writes without responses.
 
+    **Read faults** (opt-in, for tests of a manager's error handling): every R beat of a
+    line whose number (``addr // 64``) is in :attr:`read_error_lines` when the beat is
+    first presented answers SLVERR with zero data, taking its media time as usual. The
+    set is empty by default and the tests own it (power failure and reset leave it).
+
     Parameters
     ----------
     size:
@@ -322,6 +327,8 @@ class PmemModel:
         self.stats = PmemStats(media_busy=[0] * t.channels)
         self._free = [0] * t.channels
         self.powered = True
+        #: Lines (``addr // 64``) whose reads answer SLVERR ("Read faults"); empty: none.
+        self.read_error_lines: set[int] = set()
         self._seq = 0
         self._clear_transactions()
 
@@ -482,6 +489,8 @@ class PmemModel:
             addr = r.addr + LINE_BYTES * k
             if r.resp and r.resp[k] != AxiResp.OKAY:
                 r.beat = (r.id, 0, r.resp[k], k == r.beats - 1)
+            elif self.read_error_lines and addr >> 6 in self.read_error_lines:
+                r.beat = (r.id, 0, AxiResp.SLVERR, k == r.beats - 1)
             else:
                 self.stats.lines_read += 1
                 r.beat = (r.id, self._storage.get(addr >> 6, 0), AxiResp.OKAY,

@@ -49,6 +49,7 @@ from pathlib import Path
 import cocotb
 import numpy as np
 
+from hw.ckpt.logger import filter_index
 from hw.engine.descriptor import DescKind, PoolMode, Status
 from hw.engine.engine import PMEM_KIND_CSRS
 from sim import ckpt
@@ -601,4 +602,230 @@ async def test_mlp_checkpoint(dut):
     status = await tb.csr.read_fields("CK_STATUS")
     assert not status.mlp_lag, f"{status}: MLP_LAG set within K"
     tb.log.info("COMMIT waited %d cycles for the MLP copy", stall)
+    tb.check_protocol()
+
+
+# --- directed tests of the cases the crash campaign does not reach ----------------------
+
+#: ``CK_STATUS.RESULT`` of a recovery that did not succeed (``docs/registers.md``).
+NO_SUPERBLOCK, PMEM_ERROR, BAD_LAYOUT = 1, 2, 3
+
+
+async def _logged_batch(camp: Campaign, b: int, rows: list[int], *, table: int = 0) -> None:
+    """Batch ``b`` without its COMMIT: a capturing LOOKUP of ``rows`` (distinct, one bag)
+    of table ``table`` and its UPDATE, run to completion. The UPDATE starts only once the
+    batch's records are durable (``docs/checkpoint.md``, "Ordering"), so afterwards
+    ``CK_LOG_SEQ`` counts them: one record per row, the rows being distinct."""
+    drv, t = camp.drv, camp.tables[table]
+    assert len(set(rows)) == len(rows), rows
+    drv.heap.release(camp.mark)
+    batch = Batch(np.asarray(rows, np.int32), np.array([0], np.int32))
+    await drv.lookup(t, batch, batch_id=b, capture_undo=True)
+    grads = (camp.rng.standard_normal((1, t.dim)) * 0.5).astype(np.float32)
+    exp = await drv.update(t, batch, grads, batch_id=b)
+    assert exp.status is Status.OK, exp.status
+    await drv.run()
+    camp.golden[b] = [x.data for x in camp.tables]
+
+
+async def _commit(camp: Campaign, b: int) -> None:
+    await camp.drv.plain(DescKind.COMMIT, batch_id=b)
+    await camp.drv.run()
+    assert await camp.tb.csr.read("CK_COMMITTED") == b
+    camp.issued = camp.completed = b
+
+
+async def _check_log_space(tb: DeviceTB, *, seq: int, full: bool) -> None:
+    """``CK_LOG_SEQ`` (the next record number) and ``CK_STATUS.LOG_FULL`` (``write_seq -
+    oldest == log_slots``, ``docs/checkpoint.md``, "Space")."""
+    got = await tb.csr.read("CK_LOG_SEQ")
+    status = await tb.csr.read_fields("CK_STATUS")
+    assert (got, bool(status.log_full)) == (seq, full), (
+        f"CK_LOG_SEQ {got}, {status}; expected {seq} records, log full: {full}")
+
+
+def _check_ring(camp: Campaign, records: list[tuple[int, int, int]], *, table: int = 0) -> None:
+    """The log ring holds exactly ``records`` (``(seq, batch, row)`` of table ``table``)
+    in their slots (``seq mod log_slots``), bit for bit as ``docs/checkpoint.md`` defines
+    them: the header with the commit word's epoch, the row's address and the old content
+    of the row (its value after batch ``batch - 1``) as payload."""
+    tb, drv, t = camp.tb, camp.drv, camp.tables[table]
+    _, epoch = ckpt.read_commit_word(tb.pmem)
+    stride = emb.lines_per_row(t.dim, t.data.dtype) * LINE_BYTES
+    for seq, b, row in records:
+        old = emb.pack_rows(camp.golden[b - 1][table], base=t.image0)
+        want = ckpt.encode_record(epoch, b, seq, t.table_id, row, t.base + row * stride,
+                                  old[row * stride:(row + 1) * stride])
+        slot = drv.log_base + (seq % drv.log_slots) * drv.slot_lines * LINE_BYTES
+        got = tb.pmem.read(slot, len(want))
+        assert got == want, (f"log slot {seq % drv.log_slots} is not record {seq} (batch {b}, "
+                             f"row {row}): header {ckpt.parse_header(got)}")
+
+
+@group("directed")
+@cocotb.test()
+async def test_log_overflow_after_skipped_row(dut):
+    """The row that overflows the log comes right after a row the duplicate filter
+    skips: a 4-slot log, a LOOKUP of four rows (the log is then full), the first of them
+    again (logged already: skipped), then two new rows. The overflow is taken all the
+    same: CK_STATUS.OVERFLOW, CK_OVERFLOW_BATCH, exactly the four records that fit in the
+    ring bit for bit (CK_LOG_SEQ 4, CK_STATUS.LOG_FULL), the UPDATE completes with
+    LOG_FULL touching no row; COMMIT clears OVERFLOW and LOG_FULL. (The device-level
+    overflow of ``test_log_overflow`` comes after a logged row; the logger decides a row
+    that comes after a skipped one in another state.)"""
+    tb = DeviceTB(dut, "log_overflow_skip", idle=True, backpressure=True)
+    await tb.start()
+    camp = Campaign(tb, log_slots=4)
+    await camp.fresh()
+    drv, t = camp.drv, camp.tables[0]
+    # Four rows in four different filter entries (``docs/checkpoint.md``, "What the RTL
+    # does"), so that the filter surely still holds the first when it comes again.
+    logged = [int(r) for r in camp.rng.permutation(8)[:4]]
+    assert len({filter_index(t.table_id, r, tb.config.ckpt_filter_rows) for r in logged}) == 4
+    rest = [int(r) for r in camp.rng.permutation(sorted(set(range(t.rows)) - set(logged)))[:2]]
+    rows = logged + logged[:1] + rest
+    batch = Batch(np.asarray(rows, np.int32), np.array([0], np.int32))
+    await drv.lookup(t, batch, batch_id=1, capture_undo=True)
+    await drv.run()
+    limit = tb.loop.cycle + 20_000
+    while (status := await tb.csr.read_fields("CK_STATUS")).log_busy:
+        assert tb.loop.cycle < limit, f"{status}: the undo log still busy"
+    assert status.overflow, f"{status}: OVERFLOW not set"
+    assert await tb.csr.read("CK_OVERFLOW_BATCH") == 1
+    await _check_log_space(tb, seq=4, full=True)
+    _check_ring(camp, [(s, 1, r) for s, r in enumerate(logged)])
+    drv.overflowed.add(1)
+    grads = np.ones((1, t.dim), np.float32)
+    exp = await drv.update(t, batch, grads, batch_id=1)
+    assert exp.status is Status.LOG_FULL
+    await _commit(camp, 1)
+    camp.golden[1] = camp.golden[0]
+    camp.check_tables(1)
+    status = await tb.csr.read_fields("CK_STATUS")
+    assert not status.overflow and not status.log_full, f"{status} after COMMIT(1)"
+    tb.check_protocol()
+
+
+@group("directed")
+@cocotb.test()
+async def test_live_batches_before_commit(dut):
+    """Several batches live at once: batches 2 and 3 log and update before COMMIT(1)
+    (``docs/checkpoint.md`` orders the LOOKUPs of ``b + 1`` after the UPDATEs of ``b``, not
+    after COMMIT(``b``); a row of several live batches is restored newest first). In an
+    8-slot log, batches of 3, 3 and 2 rows (sharing rows) fill it exactly: CK_LOG_SEQ and
+    CK_STATUS.LOG_FULL follow, the ring holds the eight records bit for bit. COMMIT(1)
+    frees batch 1's slots at once (LOG_FULL clear), and batch 4 writes its 3 records over
+    them (the ring wraps; full again). The power then fails: recovery (committed 1)
+    restores the 8 live records of batches 2 to 4 newest first, so every table is as
+    after batch 1 exactly (CK_ROLLED_BACK 8, CK_LOG_SEQ back to 0)."""
+    tb = DeviceTB(dut, "live_batches", idle=True, backpressure=True)
+    await tb.start()
+    camp = Campaign(tb, log_slots=8)
+    await camp.fresh()
+    table = 1                       # rows of two lines: two payload lines per record
+    t = camp.tables[table]
+    p = [int(r) for r in camp.rng.permutation(t.rows)]
+    rows = {1: [p[0], p[1], p[2]], 2: [p[1], p[3], p[4]], 3: [p[3], p[1]],
+            4: [p[4], p[0], p[5]]}
+    records, seq = [], 0
+    for b in (1, 2, 3):
+        await _logged_batch(camp, b, rows[b], table=table)
+        records += [(seq + i, b, r) for i, r in enumerate(rows[b])]
+        seq += len(rows[b])
+        await _check_log_space(tb, seq=seq, full=seq == camp.drv.log_slots)
+    assert seq == camp.drv.log_slots
+    _check_ring(camp, records, table=table)
+    await _commit(camp, 1)
+    await _check_log_space(tb, seq=8, full=False)
+    await _logged_batch(camp, 4, rows[4], table=table)
+    records = records[3:] + [(seq + i, 4, r) for i, r in enumerate(rows[4])]
+    await _check_log_space(tb, seq=11, full=True)
+    _check_ring(camp, records, table=table)
+    await camp.crash()
+    c = await camp.recover_and_check()
+    assert c == 1, f"committed {c} after recovery, COMMIT(1) completed, nothing after it"
+    rolled = await tb.csr.read("CK_ROLLED_BACK")
+    assert rolled == len(records), f"CK_ROLLED_BACK {rolled}, {len(records)} live records"
+    await _check_log_space(tb, seq=0, full=False)
+    tb.check_protocol()
+
+
+def _superblock_with(line0: bytes, **fields) -> bytes:
+    """Superblock line 0 with ``fields`` changed and a correct ``check``."""
+    f = ckpt.parse_superblock(line0) | fields
+    del f["check"]
+    raw = ckpt.SUPERBLOCK_CODEC.pack(**f).to_bytes(LINE_BYTES, "little")
+    return ckpt.SUPERBLOCK_CODEC.pack(**f, check=ckpt.bytes_sum64(raw[:56])).to_bytes(
+        LINE_BYTES, "little")
+
+
+@group("directed")
+@cocotb.test()
+async def test_recovery_refuses_bad_images(dut):
+    """Recovery of an image it must not replay, after a power failure that left batch 2
+    live (batch 1 committed): superblock line 0 erased or with a wrong check, a commit
+    word without 0xC0DE (NO_SUPERBLOCK); a correct check over another ``version`` or a
+    layout out of the device's range, ``log_slots`` not a power of two or ``slot_lines``
+    0 or above ``1 + engine_max_dim / 16`` (BAD_LAYOUT); a PMEM error response to a read
+    of the superblock or of the log ring (PMEM_ERROR). Each reports its RESULT with
+    DONE, not BUSY, not ON, CK_ROLLED_BACK 0, and writes nothing: the whole image,
+    tables and commit word included, is unchanged (``docs/checkpoint.md``, "What the RTL
+    does"). With the image put back, RECOVER again (no descriptor has run since the
+    reset) succeeds: batch 2's records are restored, the epoch goes up by one only,
+    checkpointing is on."""
+    tb = DeviceTB(dut, "recovery_bad_images", idle=True, backpressure=True)
+    await tb.start()
+    camp = Campaign(tb, log_slots=8)
+    await camp.fresh()
+    drv, cfg = camp.drv, tb.config
+    p = [int(r) for r in camp.rng.permutation(camp.tables[0].rows)]
+    await _logged_batch(camp, 1, p[:3])
+    await _commit(camp, 1)
+    await _logged_batch(camp, 2, p[1:5])
+    await camp.crash()
+    line0 = tb.pmem.read(0, LINE_BYTES)
+    commit_line = tb.pmem.read(LINE_BYTES, LINE_BYTES)
+    committed, epoch = ckpt.read_commit_word(tb.pmem)
+    assert committed == 1, committed
+    ring_lines = drv.log_slots * drv.slot_lines
+    bad_word = commit_line[:6] + bytes([commit_line[6] ^ 0x01]) + commit_line[7:]
+    cases = [
+        ("line 0 erased", NO_SUPERBLOCK, {0: bytes(LINE_BYTES)}, ()),
+        ("wrong check", NO_SUPERBLOCK, {0: line0[:56] + bytes([line0[56] ^ 0x10]) + line0[57:]},
+         ()),
+        ("commit word without 0xC0DE", NO_SUPERBLOCK, {LINE_BYTES: bad_word}, ()),
+        ("log_slots not a power of two", BAD_LAYOUT,
+         {0: _superblock_with(line0, log_slots=drv.log_slots * 3 // 2)}, ()),
+        ("slot_lines 0", BAD_LAYOUT, {0: _superblock_with(line0, slot_lines=0)}, ()),
+        ("another version", BAD_LAYOUT,
+         {0: _superblock_with(line0, version=ckpt.SB_VERSION + 1)}, ()),
+        ("slot_lines too large", BAD_LAYOUT,
+         {0: _superblock_with(line0, slot_lines=2 + cfg.engine_max_dim // 16)}, ()),
+        ("superblock read error", PMEM_ERROR, {}, (0,)),
+        ("log ring read error", PMEM_ERROR, {},
+         (drv.log_base // LINE_BYTES + tb.rng.randrange(ring_lines),)),
+    ]
+    for what, want, lines, faults in cases:
+        for addr, data in lines.items():
+            tb.pmem.write(addr, data)
+        tb.pmem.read_error_lines.update(faults)
+        before = tb.pmem.snapshot()
+        res = await drv.recover()
+        tb.pmem.read_error_lines.clear()
+        assert res.status == want, f"{what}: {res}, expected RESULT {want}"
+        assert res.rolled_back == 0, f"{what}: {res}"
+        status = await tb.csr.read_fields("CK_STATUS")
+        assert status.done and not status.busy and not status.on, f"{what}: {status}"
+        changed = [hex(a) for a, v in tb.pmem.snapshot().items() if before.get(a) != v]
+        assert not changed and tb.pmem.snapshot().keys() == before.keys(), (
+            f"{what}: recovery wrote lines {changed[:4]}")
+        tb.pmem.write(0, line0)
+        tb.pmem.write(LINE_BYTES, commit_line)
+        tb.log.info("%s: RESULT %d, nothing written", what, res.status)
+    c = await camp.recover_and_check()
+    assert c == 1, f"committed {c} after recovery, COMMIT(1) completed"
+    assert await tb.csr.read("CK_ROLLED_BACK") == 4
+    assert ckpt.read_commit_word(tb.pmem) == (1, epoch + 1)
+    assert await tb.csr.read("CK_EPOCH") == epoch + 1
+    assert (await tb.csr.read_fields("CK_STATUS")).on
     tb.check_protocol()

@@ -26,8 +26,8 @@ CASES = sim_configs({"verilator": ("small",), "icarus": ("small",)})
 
 #: LOOKUP doorbells and background GPU cache operations per test, and the fuzzed H2D
 #: messages of the CXL.cache fuzzer (``test_cxl_cache_fuzz``; ``make fuzz`` runs more).
-PARAMS = {"verilator": {"n_desc": 3, "n_gpu": 150, "n_msgs": 10000},
-          "icarus": {"n_desc": 2, "n_gpu": 60, "n_msgs": 1000}}
+PARAMS = {"verilator": {"n_desc": 3, "n_gpu": 150, "n_msgs": 6000},
+          "icarus": {"n_desc": 2, "n_gpu": 60, "n_msgs": 400}}
 
 
 #: ``{group: [cocotb test names]}``, from the ``@group`` tags in ``tb/test_coherence.py``.

@@ -21,8 +21,9 @@ import pytest
 from hw import core
 from hw.config import load_config
 from hw.csr import docgen
-from hw.gen import emit, module_name
+from hw.gen import module_name
 from sim import toolenv
+from sim.runner import emit_shared
 
 CONFIG = "small"
 
@@ -33,7 +34,11 @@ def generated(tmp_path_factory) -> Path:
     need_tools()
     config = load_config(CONFIG)
     out = tmp_path_factory.mktemp("verilog")
-    emit("device", config, out / config.tag)
+    # The same Verilog ``make verilog`` writes, emitted once for the whole run and
+    # shared with the simulator builds and the lint test (sim.runner.emit_shared).
+    source, _ = emit_shared("device", config)
+    (out / config.tag).mkdir()
+    shutil.copyfile(source, out / config.tag / source.name)
     assert docgen.main(["--config", CONFIG, "--out", str(out)]) == 0
     assert core.main(["--config", CONFIG, "--out", str(out)]) == 0
     return out / config.tag
