@@ -36,6 +36,7 @@ from tb.coherent_host import (
 )
 from tb.device_tb import DeviceTB
 from tb.engine_driver import EngineDriver
+from tb.pmem import PmemTiming
 
 #: COH_CTRL and COH_FLIP_STATUS bits, from the register map (the positions of these
 #: fields do not depend on the config).
@@ -64,11 +65,14 @@ class CohBench:
         :class:`GpuHome`, the :class:`CoherenceChecker` and the GPU's :class:`HostCache`.
     lpp:
         Lines per bias page.
+
+    ``pmem_timing`` replaces the PMEM timing of the ``pmem_*`` test parameters (a test
+    that needs slow PMEM reads, for example).
     """
 
     def __init__(self, dut, name: str, *, noise: bool, capacity: int = 256,
-                 gpu_latency: int | None = None):
-        self.tb = tb = DeviceTB(dut, name, idle=noise, backpressure=noise)
+                 gpu_latency: int | None = None, pmem_timing: PmemTiming | None = None):
+        self.tb = tb = DeviceTB(dut, name, idle=noise, backpressure=noise, timing=pmem_timing)
         cfg, rng, params = tb.config, tb.rng, tb.params
         self.cfg = cfg
         self.agent = tb.agent = CoherentHostAgent(cfg, tb.bfm, tb.loop, rng=rng,

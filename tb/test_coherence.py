@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import cocotb
@@ -37,6 +39,7 @@ from sim.embedding import BF16, FP32, LINE_BYTES
 from tb.coherent_bench import (
     CQ_HOST,
     FLIP_BUSY,
+    FLIP_DONE,
     HDM_D,
     CohBench,
     CoherentDriver,
@@ -45,9 +48,12 @@ from tb.coherent_bench import (
     snapshot_bench,
 )
 from tb.coherent_host import LostToReset
+from tb.cxl_mem import REQ
 from tb.cxl_protocol import ALL_ONES
 from tb.engine_driver import Batch, HostScratch, random_table
 from tb.groups import group
+from tb.pmem import PmemTiming
+from tb.stream import reader
 
 NOISE = {"noise": [False, True]}
 
@@ -406,6 +412,235 @@ async def test_reset_in_coherent_traffic(dut, noise):
         assert await csr.read64("COH_HOST_FLIPS") == flips_before, "a page not in host bias"
         await bench.flip(first, 3)
         await bench.gpu_traffic(hot, 30, parallel=3)
+    await bench.check_errors()
+    await bench.finish()
+
+
+@dataclass
+class PmemRead:
+    """One read burst on the device's PMEM port, as :class:`PortWatch` saw it."""
+    t_ar: int                   # AR handshake
+    engine: bool                # the engine's (ARID top bit 1), else the memory endpoint's
+    line: int                   # first device line
+    lines: int
+    t_last: int | None = None   # handshake of its R beat with ``last``
+
+    def touches(self, page: int, lpp: int) -> bool:
+        return self.line // lpp <= page <= (self.line + self.lines - 1) // lpp
+
+
+class PortWatch:
+    """A passive loop agent on the device's ports: every M2S Req handshake (cycle, opcode,
+    host line) and every PMEM read burst (:class:`PmemRead`: AR handshake, manager,
+    lines, and the cycle its last R beat was taken, matched to its AR by ID in request
+    order, as AXI orders the responses of one ID). The top bit of ARID names the manager:
+    0 the memory endpoint (the host's requests), 1 the engine (``hw/top.py``, ``pmem``)."""
+
+    def __init__(self, dut, loop, cfg, lpp: int):
+        self.loop = loop
+        self.lpp = lpp
+        self.engine_id = 1 << (cfg.pmem_id_width - 1)
+        self._sig = [reader(getattr(dut, n)) for n in (
+            "i_m2s_req__valid", "i_m2s_req__ready", "i_m2s_req__payload",
+            "pmem__arvalid", "pmem__arready", "pmem__arid", "pmem__araddr", "pmem__arlen",
+            "pmem__rvalid", "pmem__rready", "pmem__rid", "pmem__rlast")]
+        self.m2s: list[tuple[int, int, int]] = []
+        self.reads: list[PmemRead] = []
+        self._open: dict[int, deque[PmemRead]] = {}
+
+    def sample(self) -> None:
+        mv, mr, mp, av, ar, aid, aaddr, alen, rv, rr, rid, rlast = self._sig
+        t = self.loop.cycle
+        if mv() and mr():
+            p = mp()
+            self.m2s.append((t, REQ.get(p, "opcode"), REQ.get(p, "address") >> 1))
+        if av() and ar():
+            rd = PmemRead(t, bool(aid() & self.engine_id), aaddr() // LINE_BYTES, alen() + 1)
+            self.reads.append(rd)
+            self._open.setdefault(aid(), deque()).append(rd)
+        if rv() and rr() and rlast():
+            q = self._open.get(rid())
+            assert q, f"cycle {t}: R last for ID {rid():#x}, whose AR the watch did not see"
+            q.popleft().t_last = t
+
+    def clear(self) -> None:
+        """Forget everything seen (call with no PMEM read in flight)."""
+        self.m2s.clear()
+        self.reads.clear()
+        self._open.clear()
+
+    def running(self, pages) -> PmemRead | None:
+        """An engine read of one of ``pages`` whose last R beat has not been taken."""
+        return next((r for q in self._open.values() for r in q
+                     if r.engine and any(r.touches(p, self.lpp) for p in pages)), None)
+
+    def engine_reads(self, pages, before: int) -> list[PmemRead]:
+        """The engine's reads of any of ``pages`` whose AR was taken before cycle
+        ``before``."""
+        return [r for r in self.reads if r.engine and r.t_ar < before
+                and any(r.touches(p, self.lpp) for p in pages)]
+
+
+#: PMEM read latency of :func:`test_drains_in_device_bias`: slow enough that a
+#: device-bias read still runs long after the host request or the flip that must wait
+#: for it.
+DRAIN_READ_LATENCY = 100
+
+
+@group("flips")
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_drains_in_device_bias(dut, noise):
+    """The drains of ``docs/dcoh.md`` at device level, with a table's pages in device bias
+    and PMEM reads taking 100 cycles, watched on the device's ports (:class:`PortWatch`):
+
+    1. "Host touching device memory": while a LOOKUP gathers rows, the GPU loads two
+       lines of a table page at once, in the cycle after an engine read of that page
+       reached PMEM. The first host check flips the page back to host bias
+       (COH_HOST_FLIPS + 1, once) and answers only once the device's accesses of the
+       page granted before it are done, the second is taken behind it: for each MemRd,
+       every engine read of the page whose AR came before its M2S handshake has taken
+       its last R beat before the device reads the GPU's line from PMEM (the memory
+       endpoint's AR); one of them ran on for more than 8 cycles after the first
+       handshake, so the check had to wait.
+    2. "Flip command", to host bias: the table is flipped to device bias again, and in
+       the cycle after the next LOOKUP's first engine read of a table page reached
+       PMEM, the table's pages are flipped to host bias. COH_FLIP_STATUS reads DONE
+       (polled back to back from 4 cycles after the start) only after the last R beat
+       of every engine read of those pages whose AR came before the command, one of
+       which ran on for more than 48 cycles after it (a flip that did not drain would
+       have been seen done by then); the pages are then in host bias (a GPU load of a
+       line flips nothing back).
+
+    LOOKUP records and pooled vectors are checked bit for bit, the GPU's loads against
+    the coherence checker; no DCOH error."""
+    timing = PmemTiming(read_latency=DRAIN_READ_LATENCY, write_latency=40,
+                        jitter=8 if noise else 0, channels=2)
+    bench = CohBench(dut, "drains", noise=noise, pmem_timing=timing)
+    await bench.start()
+    tb, csr, loop, lpp = bench.tb, bench.tb.csr, bench.tb.loop, bench.lpp
+    rng = np.random.default_rng(tb.rng.getrandbits(64))
+    prng = random.Random(tb.rng.getrandbits(64))
+    # Written back: a dirty table line would contend the flips (docs/dcoh.md).
+    drv, (table,), (tp, tn), _ = await _layout(bench, rng, tables=1, write_back=True)
+    table_pages = range(tp, tp + tn)
+    watch = PortWatch(dut, loop, bench.cfg, lpp)
+
+    async def gathering(batch_id: int):
+        """Flip the table to device bias, ring the doorbell of a LOOKUP and return it,
+        in the cycle after the first engine read of a table page reached PMEM."""
+        await bench.flip(tp, tn)
+        exp = await drv.lookup(table, _batch(rng, table.rows), batch_id=batch_id)
+        watch.clear()
+        loop.add(watch)
+        await drv.ring()
+        await loop.wait_until(lambda: watch.running(table_pages) is not None,
+                              timeout=20_000, what="an engine read of a table page")
+        return exp
+
+    async def lookup_done(exp) -> None:
+        await drv.wait()
+        loop.remove(watch)
+        assert exp.status is Status.OK, exp.status
+
+    # 1. A host check that waits for the device-bias reads of its page.
+    flips = await csr.read64("COH_HOST_FLIPS")
+    exp = await gathering(0)
+    read = watch.running(table_pages)
+    page = next(p for p in table_pages if read.touches(p, lpp))
+    lines = prng.sample(bench.host_lines(page, 1), 2)
+    assert not bench.cache.lines.keys() & set(lines), "the flip left a table line cached"
+    t0 = loop.cycle
+    loads = [cocotb.start_soon(bench.cache.load(x)) for x in lines]
+    for load in loads:
+        await load
+    await lookup_done(exp)
+    handshakes = []
+    for line in lines:
+        dev = bench.agent.decode(line)
+        h = next(t for t, op, x in watch.m2s
+                 if t >= t0 and op == M2SReqOpcode.MemRd.value and x == line)
+        e = next(r.t_ar for r in watch.reads
+                 if not r.engine and r.t_ar > h and r.line <= dev < r.line + r.lines)
+        late = [r for r in watch.engine_reads([page], h) if r.t_last >= e]
+        assert not late, (f"the host's MemRd of device line {dev:#x} (handshake at cycle "
+                          f"{h}) read PMEM at cycle {e}, before engine reads of page {page} "
+                          f"granted earlier had finished: {late}")
+        handshakes.append(h)
+    h = min(handshakes)
+    before = watch.engine_reads([page], h)
+    assert any(r.t_last > h + 8 for r in before), (
+        f"no engine read of page {page} was running at the first MemRd's handshake (cycle "
+        f"{h}): the host check had nothing to wait for ({before})")
+    assert await csr.read64("COH_HOST_FLIPS") == flips + 1, (
+        "the page was not flipped back exactly once")
+    tb.log.info("host checks of page %d at cycles %s waited for %d engine reads, the last "
+                "until cycle %d", page, handshakes, len(before), max(r.t_last for r in before))
+
+    # 2. A flip to host bias that drains the device-bias reads of its pages.
+    await csr.write("COH_FLIP_FIRST", tp)
+    await csr.write("COH_FLIP_PAGES", tn)
+    exp = await gathering(1)
+    t_start = loop.cycle
+    await csr.write_fields("COH_FLIP", start=1, to_host=1)
+    await loop.wait_cycles(4)       # as CohBench.flip_once: the start has been taken
+    while (status := await csr.read("COH_FLIP_STATUS")) & FLIP_BUSY:
+        pass
+    t_done = loop.cycle
+    assert status == FLIP_DONE, f"COH_FLIP_STATUS {status:#x} after a flip to host bias"
+    bench.checker.flip_done(tp, tn, to_host=True, ok=True, t_start=t_start)
+    before = watch.engine_reads(table_pages, t_start)
+    late = [r for r in before if r.t_last is None or r.t_last >= t_done]
+    assert not late, (f"flip of pages {tp}+{tn} to host bias (started at cycle {t_start}) "
+                      f"read done at cycle {t_done}, before engine reads of the pages "
+                      f"granted earlier had finished: {late}")
+    assert any(r.t_last > t_start + 48 for r in before), (
+        f"no engine read of pages {tp}+{tn} ran on 48 cycles after the flip started "
+        f"(cycle {t_start}): the flip had nothing to drain ({before})")
+    tb.log.info("flip to host bias started at cycle %d drained %d engine reads, the last "
+                "until cycle %d; done read at %d", t_start, len(before),
+                max(r.t_last for r in before), t_done)
+    await lookup_done(exp)
+    flips = await csr.read64("COH_HOST_FLIPS")
+    await bench.cache.load(prng.choice(bench.host_lines(tp, tn)))
+    assert await csr.read64("COH_HOST_FLIPS") == flips, "a table page left in device bias"
+    await bench.check_errors()
+    await bench.finish()
+
+
+@group("flips")
+@cocotb.test()
+async def test_flip_bad_commands(dut):
+    """Flip commands that end at once (``docs/dcoh.md``, "Flip command"): ``pages = 0``
+    ends with DONE and no error, no DCOH error; a range past the bias table's end (its
+    last page and one more) ends with DONE and ERROR, COH_DCOH_ERR holds exactly
+    FLIP_RANGE and COH_DCOH_ERR_INFO / _ADDR name it and the command's first page.
+    Neither claims a line (the host sees no RdOwnNoData) and the last page stays in
+    host bias (a GPU load of one of its lines flips nothing back); a good flip of that
+    page then succeeds."""
+    bench = CohBench(dut, "flip_bad", noise=True)
+    await bench.start()
+    tb, csr = bench.tb, bench.tb.csr
+    last = bench.cfg.dcoh_pages - 1
+    flip_range = 1 << int(DcohError.FLIP_RANGE)
+
+    def claims() -> int:
+        return sum(n for k, n in bench.cache.answers.items() if k.startswith("RdOwnNoData:"))
+
+    assert not await bench.flip_once(last, 0), "a flip of zero pages ended with ERROR"
+    await bench.check_errors()
+    assert await bench.flip_once(last, 2), "a flip past the bias table ended without ERROR"
+    info = _first_error(await csr.read("COH_DCOH_ERR_INFO"))
+    addr = await csr.read64("COH_DCOH_ERR_ADDR")
+    assert (info[0], addr) == (int(DcohError.FLIP_RANGE), last), (
+        f"COH_DCOH_ERR_INFO code {info[0]}, ADDR {addr:#x}: expected FLIP_RANGE, page {last}")
+    await bench.check_errors(dcoh=flip_range)
+    assert claims() == 0, f"claims sent for rejected flips: {bench.cache.answers}"
+    flips = await csr.read64("COH_HOST_FLIPS")
+    await bench.cache.load(tb.rng.choice(bench.host_lines(last, 1)))
+    assert await csr.read64("COH_HOST_FLIPS") == flips, f"page {last} left host bias"
+    await bench.flip(last, 1)
+    assert claims() == bench.lpp, bench.cache.answers
     await bench.check_errors()
     await bench.finish()
 
@@ -772,6 +1007,68 @@ async def test_scratch_read_errors(dut, noise):
         await drv.run()
         assert ok.status is Status.OK, ok.status
     home.faults = None
+    await bench.finish()
+
+
+@group("gpu_memory")
+@cocotb.test()
+@cocotb.parametrize(**NOISE)
+async def test_scratch_write_errors(dut, noise):
+    """COH_CTRL.SCRATCH_HOST: the GPU answers some of a LOOKUP's pooled-line writes
+    (ItoMWr) with the error flows of ``docs/cxl-cache.md``, "Writes": ``W`` lines in a
+    row (``W`` = the agent's write CQIDs, so that every write entry takes each kind)
+    with GO_WritePull_Drop (nothing may be sent), the next ``W`` with GO_ERR_WritePull
+    (the line is pulled, and dropped by the host), the lines around them answered
+    normally; the home model holds the device to each flow. Each faulted write
+    completes with ``error``: COH_CACHE_ERR holds exactly WRITE_ERROR and
+    COH_CACHE_ERR_INFO names the first faulted write's CQID. The descriptor completes
+    all the same (status OK, every bag counted; ``docs/embedding.md`` has no status for
+    a failed write and ``hw/engine/completion.py`` completes it), ENG_ERR stays clear,
+    and GPU memory holds the pooled vectors except the faulted lines, which keep what
+    they held. A good LOOKUP follows."""
+    bench, rng, scratch, drv, tables = await _scratch_bench(dut, "scratch_write_errors",
+                                                            noise=noise)
+    tb, home = bench.tb, bench.gpu.home
+    w = bench.cfg.cache_write_cqids
+    t = max(tables, key=lambda t: emb.lines_per_row(t.dim, t.data.dtype))
+    bags = -(-(2 * w + 2) // emb.lines_per_row(t.dim, t.data.dtype))
+    idx, off = emb.random_bags(rng, bags, t.rows, pooling=3)
+    exp = await drv.lookup(t, Batch(idx, off, False, None), batch_id=1)
+    first = (scratch.base + exp.out_addr) // LINE_BYTES
+    plan = {first + 1 + k: "drop" if k < w else "go_err_writepull" for k in range(2 * w)}
+    n = len(exp.out_image)
+    assert n >= (2 * w + 2) * LINE_BYTES, (n, w)
+    old = scratch.image(exp.out_addr, n)
+    image = bytearray(exp.out_image)
+    for line in plan:
+        k = (line - first) * LINE_BYTES
+        image[k:k + LINE_BYTES] = old[k:k + LINE_BYTES]
+    exp.out_image = bytes(image)
+    faulted: dict[int, object] = {}
+
+    def faults(txn) -> set[str]:
+        if txn.kind != "write" or txn.line not in plan:
+            return set()
+        assert txn.line not in faulted, f"pooled line {txn.line:#x} written twice"
+        faulted[txn.line] = txn
+        return {plan[txn.line]}
+
+    home.faults = faults
+    await drv.run()
+    home.faults = None
+    assert faulted.keys() == plan.keys(), f"faulted lines {sorted(faulted)}, planned {plan}"
+    assert exp.status is Status.OK, exp.status
+    first_err = min(faulted.values(), key=lambda txn: txn.seq)
+    code, _, cqid = _first_error(await tb.csr.read("COH_CACHE_ERR_INFO"))
+    assert (code, cqid) == (int(CacheError.WRITE_ERROR), first_err.cqid), (
+        f"COH_CACHE_ERR_INFO code {code}, CQID {cqid}: expected WRITE_ERROR, CQID "
+        f"{first_err.cqid} (the first faulted write)")
+    await bench.check_errors(cache=1 << int(CacheError.WRITE_ERROR))
+    await _eng_err(bench, 0)
+    good = await drv.lookup(t, _batch(rng, t.rows), batch_id=2)
+    await drv.run()
+    assert good.status is Status.OK, good.status
+    await bench.check_errors()
     await bench.finish()
 
 

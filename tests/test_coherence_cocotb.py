@@ -1,15 +1,12 @@
 """Slow tier: coherence in the whole device (``tb/test_coherence.py``): the GPU's cache of
 device lines against the DCOH, GPU memory through the CXL.cache agent, bias flips, bad
 coherence input; on Verilator and Icarus (``small``; ``CONFIG=default`` for the default
-device, which CI leaves out for its build time, see ``tests/test_device_cocotb.py``),
-and the CXL.cache fuzzer (group ``fuzz``: 10,000 fuzzed H2D messages on Verilator,
-1,000 on Icarus).
+device, see ``tests/test_device_cocotb.py``), and the CXL.cache fuzzer (group ``fuzz``:
+6,000 fuzzed H2D messages on Verilator, 400 on Icarus).
 
 Each group is one simulator run. Icarus (with fewer descriptors, GPU operations and
 fuzzed messages) and the ``default`` device run the noisy variant of each data-moving
-test only, to stay inside the CI budget (on ``small``, one item at a time, the whole
-file takes about 70 s on Verilator and 170 s on Icarus; the ``fuzz`` items about 25 s
-and 35 s of them).
+test only, to stay inside the CI budget.
 ``SEED=<n>`` replays a run.
 """
 
