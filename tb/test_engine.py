@@ -152,6 +152,110 @@ async def test_lookup_specials(dut):
     await _finish(tb, drv)
 
 
+#: Lines of a 4 KiB page: no AXI burst crosses one, so a buffer's reader splits its
+#: burst there (``hw/engine/buffer_reader.py``).
+PAGE_LINES = 4096 // LINE_BYTES
+
+
+def _to_page_line(drv: EngineDriver, line: int) -> None:
+    """Skip heap space so that the next buffer starts at line ``line`` of a 4 KiB page
+    (the driver lays out a LOOKUP's indices, offsets, weights and output in that order,
+    back to back)."""
+    gap = (line - drv.heap.next // LINE_BYTES) % PAGE_LINES
+    if gap:
+        drv.heap.alloc(gap * LINE_BYTES)
+
+
+def _words_lines(words: int) -> int:
+    return -(-words // 16)
+
+
+@group("lookup")
+@cocotb.test()
+async def test_lookup_replay_page_split(dut):
+    """LOOKUPs small enough for the bag sequencers' replay store (pass 2 takes their
+    offsets and indices from it; ``docs/embedding.md``) whose indices, or offsets,
+    straddle a 4 KiB page, so that pass 1 reads, and pass 2 replays, that buffer in two
+    bursts: after the first round of the three pass-2 readers (offsets, the emitter's
+    and the count scan's indices; round robin on the store) either both indices copies
+    ask again and the offsets do not, or the offsets ask again alone. Each shape goes
+    to both sequencers (descriptor ``k`` to sequencer ``k mod 2``), the split indices
+    first after reset, when the store's round robin starts at the offsets. Pooled
+    vectors and records exact against the golden model."""
+    tb, drv, rng = await _start(dut, "lookup_replay_split", idle=True, backpressure=True)
+    table = await drv.add_table(random_table(rng, 24, _dims(tb)[0], FP32), rng=rng)
+    sizes = []
+    # (indices, bags, page line of the indices): the indices in lines 63 and 0; then
+    # the offsets in lines 63 and 0 (the indices in one line before them).
+    for n_idx, n_bags, at in ((20, 4, PAGE_LINES - 1), (12, 18, PAGE_LINES - 2)):
+        for _ in range(tb.config.engine_sequencers):
+            idx = rng.integers(0, table.rows, n_idx).astype(np.int32)
+            off = np.sort(rng.integers(0, n_idx + 1, n_bags)).astype(np.int32)
+            off[0] = 0
+            weights = rng.standard_normal(n_idx).astype(np.float32)
+            _to_page_line(drv, at)
+            exp = await drv.lookup(table, Batch(idx, off, weights=weights))
+            assert exp.status is Status.OK, exp.status
+            f = exp.fields
+            sizes.append((_words_lines(f["num_bags"]), _words_lines(f["num_indices"])))
+    await drv.run()
+    # 3 lines each: replayed by every preset (a config without a replay store reads
+    # them again from PMEM, and the test checks only the results).
+    tb.log.info("LOOKUPs of (offset lines, index lines) %s; replay store of %d lines",
+                sizes, tb.config.seq_replay_lines)
+    await _finish(tb, drv)
+
+
+@group("lookup")
+@cocotb.test()
+async def test_lookup_long_buffers_round_robin(dut):
+    """Weighted LOOKUPs too large for the replay store (of ``small`` and ``odd``),
+    shaped so that the four pass-2 buffer readers of a bag sequencer (offsets, indices,
+    count-scan indices, weights; round robin on one PMEM read port, each with a 32-line
+    buffer) ask in orders the random tests do not produce. 456 bags: the first three
+    hold 288, 288 and 432 indices (63 lines), mostly the padding index, the rest are
+    empty. The offsets take 29 lines from the last line of a 4 KiB page: five bursts
+    that all fit their buffer, so the offsets reader takes the last grant of pass 2's
+    first round. The emitter cannot start a bag before the count scan has counted it,
+    so the scan's copy of the indices asks next, alone, while the emitter's copy and the
+    weights sit on full buffers. Then the emitter streams each bag while the scan
+    counts the next, 288 indices (2.25 bursts) ahead; the weights (from page line 28:
+    bursts of 8, 8, 8, 8, then 4 to the page end) ask half a burst before the emitter's
+    indices, and the scan's copy asks between the two. ``n_round_robin`` such LOOKUPs
+    (default 2: one per sequencer of ``small``, descriptor ``k`` going to sequencer
+    ``k mod 2``), each in its own doorbell so that its rows are not held behind the
+    other's. Pooled vectors and records exact against the golden model."""
+    tb, drv, rng = await _start(dut, "lookup_long_round_robin", idle=True, backpressure=True)
+    table = await drv.add_table(random_table(rng, 32, _dims(tb)[0], FP32), rng=rng)
+    pad = int(rng.integers(0, table.rows))
+    lengths, n_bags = (288, 288, 432), 456
+    starts = np.cumsum((0, *lengths))
+    mark = drv.heap.next
+    for _ in range(min(tb.params.get("n_round_robin", 2), tb.config.engine_sequencers)):
+        drv.heap.release(mark)
+        idx = np.full(starts[-1], pad, np.int32)
+        real = rng.random(len(idx)) < 0.08
+        idx[real] = rng.integers(0, table.rows, int(real.sum()))
+        off = np.full(n_bags, starts[-1], np.int32)
+        off[:len(lengths)] = starts[:-1]
+        weights = rng.standard_normal(len(idx)).astype(np.float32)
+        idx_lines, off_lines = _words_lines(len(idx)), _words_lines(n_bags)
+        # Offsets from page line 63 (bursts of 1, 8, 8, 8, 4 lines); the indices end
+        # right before them, the weights start right after them, at page line 28
+        # (bursts of 8, 8, 8, 8, 4, 8, ...).
+        _to_page_line(drv, PAGE_LINES - 1 - idx_lines)
+        exp = await drv.lookup(table, Batch(idx, off, weights=weights, padding_idx=pad))
+        f = exp.fields
+        assert exp.status is Status.OK, exp.status
+        assert f["offsets_addr"] // LINE_BYTES % PAGE_LINES == PAGE_LINES - 1
+        assert f["weights_addr"] // LINE_BYTES % PAGE_LINES == (off_lines - 1) % PAGE_LINES
+        if idx_lines + off_lines <= tb.config.seq_replay_lines:
+            # The default device's store holds them: pass 2 reads only the weights.
+            tb.log.info("replayed on this device: the readers' orders are not tested")
+        await drv.run()
+    await _finish(tb, drv)
+
+
 # --- UPDATE ------------------------------------------------------------------------------
 
 @group("update")

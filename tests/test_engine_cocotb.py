@@ -2,8 +2,8 @@
 Verilator and Icarus.
 
 Parametrized over (simulator, config) pairs (``small`` on Verilator, ``odd`` on Icarus;
-``CONFIG=default`` for the default device, which CI leaves out for its build time, see
-``tests/test_device_cocotb.py``) x groups of cocotb tests, each group one simulator run
+``CONFIG=default`` for the default device, of which CI runs a sample:
+``test_engine_default_sample``) x groups of cocotb tests, each group one simulator run
 sharing the device build of ``tests/test_device_cocotb.py``. Verilator runs every
 idle/backpressure variant, Icarus each test's variant with both on
 (``tb.groups.noisiest``, as in the device tests).
@@ -15,7 +15,7 @@ import pytest
 
 from tb.groups import groups, noisiest
 
-from .conftest import run_cocotb_group, sim_configs
+from .conftest import default_sample, run_cocotb_group, sim_configs
 
 #: Presets per simulator; ``CONFIG=<preset or .toml>`` runs one config on every simulator.
 CASES = sim_configs({"verilator": ("small",), "icarus": ("odd",)})
@@ -26,6 +26,9 @@ N_DESC = {"verilator": 12, "icarus": 6}
 #: Descriptors of the descriptor fuzzer (``test_descriptor_fuzz``; ``make fuzz`` runs
 #: 10,000).
 N_FUZZ = {"verilator": 300, "icarus": 60}
+#: LOOKUPs of ``test_lookup_long_buffers_round_robin``: one per bag sequencer of
+#: ``small`` on Verilator, one on Icarus (each takes about 12 s there).
+N_ROUND_ROBIN = {"verilator": 2, "icarus": 1}
 
 
 #: ``{group: [cocotb test names]}``, from the ``@group`` tags in ``tb/test_engine.py``.
@@ -38,4 +41,24 @@ GROUPS = groups("tb.test_engine")
 def test_engine(sim: str, config: str, group: str) -> None:
     names = GROUPS[group] if sim == "verilator" else noisiest(GROUPS[group])
     run_cocotb_group("tb.test_engine", config, sim, group, names,
-                     {"n_desc": N_DESC[sim], "n_txn": 600, "n_fuzz": N_FUZZ[sim]})
+                     {"n_desc": N_DESC[sim], "n_txn": 600, "n_fuzz": N_FUZZ[sim],
+                      "n_round_robin": N_ROUND_ROBIN[sim]})
+
+
+#: The functional group CI runs on the shipped ``default`` device
+#: (:func:`~tests.conftest.default_sample`): random LOOKUPs and UPDATEs with idle cycles
+#: and backpressure, checked bit for bit against the golden model, on its 4 sequencers
+#: and 16 lanes.
+DEFAULT_SAMPLE = ("test_lookup_random", "test_update_random")
+#: Descriptors per random test in that sample.
+N_DESC_DEFAULT = 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sim, config", default_sample())
+def test_engine_default_sample(sim: str, config: str) -> None:
+    names = noisiest([n for g in GROUPS.values() for n in g
+                      if n.split("/")[0] in DEFAULT_SAMPLE])
+    assert len(names) == len(DEFAULT_SAMPLE), names
+    run_cocotb_group("tb.test_engine", config, sim, "default_sample", names,
+                     {"n_desc": N_DESC_DEFAULT})
