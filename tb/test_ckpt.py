@@ -491,6 +491,18 @@ async def test_bad_batches_and_busy_recovery(dut):
     tb.check_protocol()
 
 
+async def _expect_overflow(tb: DeviceTB, batch_id: int) -> None:
+    """The undo log overflowed in batch ``batch_id``: ``CK_STATUS.OVERFLOW`` and
+    ``CK_OVERFLOW_BATCH``. A LOOKUP completes before the logger has taken all of its
+    records (they wait while LOOKUPs gather), so the status is read once none is left
+    (``LOG_BUSY`` clear)."""
+    limit = tb.loop.cycle + 20_000
+    while (status := await tb.csr.read_fields("CK_STATUS")).log_busy:
+        assert tb.loop.cycle < limit, f"{status}: the undo log still busy"
+    assert status.overflow, f"{status}: OVERFLOW not set"
+    assert await tb.csr.read("CK_OVERFLOW_BATCH") == batch_id
+
+
 @group("directed")
 @cocotb.test()
 async def test_log_overflow(dut):
@@ -506,13 +518,7 @@ async def test_log_overflow(dut):
     batch = Batch(rows, np.array([0], np.int32))
     await drv.lookup(t, batch, batch_id=1, capture_undo=True)
     await drv.run()
-    # The LOOKUP completes before the logger has taken all of its records (they wait
-    # while LOOKUPs gather): read the status once none is left (LOG_BUSY clear).
-    limit = tb.loop.cycle + 20_000
-    while (status := await tb.csr.read_fields("CK_STATUS")).log_busy:
-        assert tb.loop.cycle < limit, f"{status}: the undo log still busy"
-    assert status.overflow, f"{status}: OVERFLOW not set"
-    assert await tb.csr.read("CK_OVERFLOW_BATCH") == 1
+    await _expect_overflow(tb, 1)
     drv.overflowed.add(1)
     grads = np.ones((1, t.dim), np.float32)
     exp = await drv.update(t, batch, grads, batch_id=1)
@@ -687,11 +693,7 @@ async def test_log_overflow_after_skipped_row(dut):
     batch = Batch(np.asarray(rows, np.int32), np.array([0], np.int32))
     await drv.lookup(t, batch, batch_id=1, capture_undo=True)
     await drv.run()
-    limit = tb.loop.cycle + 20_000
-    while (status := await tb.csr.read_fields("CK_STATUS")).log_busy:
-        assert tb.loop.cycle < limit, f"{status}: the undo log still busy"
-    assert status.overflow, f"{status}: OVERFLOW not set"
-    assert await tb.csr.read("CK_OVERFLOW_BATCH") == 1
+    await _expect_overflow(tb, 1)
     await _check_log_space(tb, seq=4, full=True)
     _check_ring(camp, [(s, 1, r) for s, r in enumerate(logged)])
     drv.overflowed.add(1)
