@@ -120,18 +120,6 @@ def sim_configs(per_sim: dict[str, tuple[str, ...]]) -> list[tuple[str, str]]:
             for c in ([config] if config else per_sim[sim])]
 
 
-def default_sample() -> list[tuple[str, str]]:
-    """(simulator, config) of CI's sample of the shipped ``default`` device (4
-    sequencers, 256 tags, 16 lanes): one functional group and a crash sample on Icarus,
-    which compiles it in seconds (its Verilator build alone takes about ten minutes;
-    its Verilog is emitted once per run and shared with the lint test). Empty when
-    ``CONFIG`` is given (``CONFIG=default`` runs every group on it) or ``SIM`` leaves
-    Icarus out."""
-    if os.environ.get("CONFIG") or "icarus" not in simulators():
-        return []
-    return [("icarus", "default")]
-
-
 def require_simulator(sim: str) -> None:
     if not toolenv.have_simulator(sim):
         hint = "sudo apt-get install -y iverilog" if sim == "icarus" else "make venv"

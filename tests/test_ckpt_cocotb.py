@@ -23,7 +23,7 @@ import pytest
 
 from tb.groups import groups
 
-from .conftest import default_sample, run_cocotb_group, sim_configs
+from .conftest import run_cocotb_group, sim_configs
 
 #: Presets per simulator (``small`` on Verilator, ``odd`` on Icarus, as the device and
 #: engine tests); ``CONFIG=<preset or .toml>`` runs one config on every simulator.
@@ -61,16 +61,3 @@ def test_ckpt(sim: str, config: str, group: str, part: int) -> None:
     if group == "campaign" and part == 0:
         params["inject_fault"] = INJECT_FAULT_AT
     run_cocotb_group("tb.test_ckpt", config, sim, label, GROUPS[group], params)
-
-
-#: Crash points of CI's sample of the shipped ``default`` device
-#: (:func:`~tests.conftest.default_sample`), in one campaign run: point 0 at a random
-#: cycle, point 1 directed at the commit word in flight.
-N_POINTS_DEFAULT = 2
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("sim, config", default_sample())
-def test_ckpt_default_sample(sim: str, config: str) -> None:
-    run_cocotb_group("tb.test_ckpt", config, sim, "campaign", GROUPS["campaign"],
-                     {"n_points": N_POINTS_DEFAULT})

@@ -2,11 +2,10 @@
 Verilator and Icarus.
 
 Parametrized over (simulator, config) pairs (``small`` on Verilator, ``odd`` on Icarus;
-``CONFIG=default`` for the default device, of which CI runs a sample:
-``test_engine_default_sample``) x groups of cocotb tests, each group one simulator run
-sharing the device build of ``tests/test_device_cocotb.py``. Verilator runs every
-idle/backpressure variant, Icarus each test's variant with both on
-(``tb.groups.noisiest``, as in the device tests).
+``CONFIG=default`` for the default device, see ``tests/test_device_cocotb.py``) x groups
+of cocotb tests, each group one simulator run sharing the device build of
+``tests/test_device_cocotb.py``. Verilator runs every idle/backpressure variant, Icarus
+each test's variant with both on (``tb.groups.noisiest``, as in the device tests).
 ``SEED=<n>`` replays a run; otherwise a fresh seed is drawn and printed. """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import pytest
 
 from tb.groups import groups, noisiest
 
-from .conftest import default_sample, run_cocotb_group, sim_configs
+from .conftest import run_cocotb_group, sim_configs
 
 #: Presets per simulator; ``CONFIG=<preset or .toml>`` runs one config on every simulator.
 CASES = sim_configs({"verilator": ("small",), "icarus": ("odd",)})
@@ -44,21 +43,3 @@ def test_engine(sim: str, config: str, group: str) -> None:
                      {"n_desc": N_DESC[sim], "n_txn": 600, "n_fuzz": N_FUZZ[sim],
                       "n_round_robin": N_ROUND_ROBIN[sim]})
 
-
-#: The functional group CI runs on the shipped ``default`` device
-#: (:func:`~tests.conftest.default_sample`): random LOOKUPs and UPDATEs with idle cycles
-#: and backpressure, checked bit for bit against the golden model, on its 4 sequencers
-#: and 16 lanes.
-DEFAULT_SAMPLE = ("test_lookup_random", "test_update_random")
-#: Descriptors per random test in that sample.
-N_DESC_DEFAULT = 3
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("sim, config", default_sample())
-def test_engine_default_sample(sim: str, config: str) -> None:
-    names = noisiest([n for g in GROUPS.values() for n in g
-                      if n.split("/")[0] in DEFAULT_SAMPLE])
-    assert len(names) == len(DEFAULT_SAMPLE), names
-    run_cocotb_group("tb.test_engine", config, sim, "default_sample", names,
-                     {"n_desc": N_DESC_DEFAULT})
