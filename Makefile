@@ -11,7 +11,7 @@
 #   make fuzz     the fuzzers: 10,000 descriptors, 100,000 CXL.mem and 100,000 CXL.cache messages (build/bench/robustness.json)
 #   make campaign N=<points>  the crash campaign in parallel chunks (build/campaign/summary.json)
 #   make coverage line and toggle coverage per block of the Verilator regression (build/coverage/)
-#   make synth    Yosys + nextpnr-ecp5 resource and Fmax estimate, JSON under build/synth/
+#   make synth    UltraScale+ resources + memory-inference check (ECP5=1: nextpnr-ecp5 Fmax)
 #   make formal   bounded proofs of the bus rules (yosys-smtbmc), JSON under build/formal/
 # Variables: SIM=verilator|icarus  CONFIG=<preset name or .toml path>  WAVES=1  SEED=<n>
 #            CRASH_AT=<cycles>|-1 (make sim: when the power fails; -1: never)
@@ -118,14 +118,17 @@ campaign: $(STAMP) check-sim
 coverage: $(STAMP) check-sim
 	$(PY) -m sim.coverage $(if $(filter command line environment,$(origin CONFIG)),--config $(CONFIG)) $(if $(JOBS),--jobs $(JOBS))
 
-# Resource / Fmax estimate on an ECP5-85F (out of context); installs the YoWASP tools on first use.
+# UltraScale+ (synth_xilinx -family xcup) resources and the on-chip memory check (fails when
+# a memory of more than 512 bits is left in flip-flops), build/synth/<config>/summary.json;
+# ECP5=1 adds the ECP5-85F Fmax flow (nextpnr, out of context). Installs the YoWASP tools
+# on first use.
 SYNTH_STAMP := $(VENV)/.installed-synth
 $(SYNTH_STAMP): $(STAMP)
 	$(VENV)/bin/pip install -q ".[synth]"
 	@touch $@
 
 synth: $(SYNTH_STAMP)
-	$(PY) -m sim.synth --config $(CONFIG)
+	$(PY) -m sim.synth --config $(CONFIG) $(if $(filter 1,$(ECP5)),--ecp5)
 
 # Bounded proofs of the bus rules (sim/formal, docs/verification.md); installs Yosys
 # (YoWASP) and the Yices solver on first use. About 2.5 minutes on 2 cores.
