@@ -258,16 +258,10 @@ def synth_xilinx(path: Path, top: str, *, memories_only: bool = False) -> dict:
     return result
 
 
-def synth(design: str, config_name: str, *, device: str = "85k") -> dict:
-    """The ECP5 flow: Yosys synth_ecp5 + nextpnr-ecp5 out of context (Fmax)."""
-    from hw.config import load_config
-    from hw.gen import emit
-
-    from .runner import BUILD
-
-    config = load_config(config_name)
-    out = BUILD / "synth" / config.tag
-    path, top = emit(design, config, out)
+def synth(path: Path, top: str, design: str, config_tag: str, *, device: str = "85k") -> dict:
+    """The ECP5 flow on the emitted Verilog ``path`` (top module ``top``): Yosys
+    synth_ecp5 + nextpnr-ecp5 out of context (Fmax), in ``path``'s directory."""
+    out = path.parent
     netlist = out / f"{top}.json"
     log_yosys = out / f"{top}.yosys.log"
     t0 = time.monotonic()
@@ -281,7 +275,7 @@ def synth(design: str, config_name: str, *, device: str = "85k") -> dict:
                            "--report", report.name, "--quiet"],
                           cwd=out, capture_output=True, text=True)
     t2 = time.monotonic()
-    result: dict = {"design": design, "config": config.tag, "module": top,
+    result: dict = {"design": design, "config": config_tag, "module": top,
                     "part": f"LFE5U-{device.upper()}", "yosys_seconds": round(t1 - t0, 1),
                     "nextpnr_seconds": round(t2 - t1, 1)}
     if proc.returncode != 0 or not report.exists():
@@ -337,7 +331,7 @@ def summarize(config_tag: str, results: dict[str, dict], out: Path,
 
 def main(argv: list[str] | None = None) -> int:
     from hw.config import load_config
-    from hw.gen import DESIGNS, emit
+    from hw.gen import DESIGNS, emit, module_name
 
     from .runner import BUILD
 
@@ -353,19 +347,17 @@ def main(argv: list[str] | None = None) -> int:
     out = BUILD / "synth" / config.tag
     designs = args.design or ["mem_endpoint", "csr_bank", "device"]
     failed = 0
-    if args.ecp5:
-        for design in designs:
-            result = synth(design, args.config)
-            path = out / f"{result['module']}.summary.json"
-            path.write_text(json.dumps(result, indent=2) + "\n")
-            print(json.dumps(result, indent=2))
-            failed += "error" in result
     results: dict[str, dict] = {}
     seconds: dict[str, float] = {}
     for design in designs:
         t0 = time.monotonic()
         path, top = emit(design, config, out)
         seconds[f"{design}.elaborate"] = round(time.monotonic() - t0, 1)
+        if args.ecp5:
+            result = synth(path, top, design, config.tag)
+            (out / f"{top}.summary.json").write_text(json.dumps(result, indent=2) + "\n")
+            print(json.dumps(result, indent=2))
+            failed += "error" in result
         r = synth_xilinx(path, top, memories_only=args.memories_only) | {"top": top}
         seconds[f"{design}.synth_xilinx"] = r["yosys_seconds"]
         (out / f"{top}.xilinx.json").write_text(json.dumps(r, indent=2) + "\n")
@@ -376,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     if summary_path.exists() and args.design:    # keep the other designs' results
         old = json.loads(summary_path.read_text())
         for design in DESIGNS:
-            p = out / f"{module_name_for(design, config)}.xilinx.json"
+            p = out / f"{module_name(design, config)}.xilinx.json"
             if design not in results and p.exists():
                 results[design] = json.loads(p.read_text())
         seconds = {**old.get("tool_seconds", {}), **seconds}
@@ -389,12 +381,6 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(summary["memories_in_flipflops"]), file=sys.stderr)
         failed += 1
     return 1 if failed else 0
-
-
-def module_name_for(design: str, config) -> str:
-    from hw.gen import module_name
-
-    return module_name(design, config)
 
 
 if __name__ == "__main__":
