@@ -120,15 +120,16 @@ coverage: $(STAMP) check-sim
 
 # UltraScale+ (synth_xilinx -family xcup) resources and the on-chip memory check (fails when
 # a memory of more than 512 bits is left in flip-flops), build/synth/<config>/summary.json;
-# ECP5=1 adds the ECP5-85F Fmax flow (nextpnr, out of context). Installs the YoWASP tools
-# on first use.
+# ECP5=1 adds the ECP5-85F Fmax flow (nextpnr, out of context); YOSYS=native runs a yosys
+# on PATH (Debian's package) instead of the YoWASP build. Installs the YoWASP tools on
+# first use.
 SYNTH_STAMP := $(VENV)/.installed-synth
 $(SYNTH_STAMP): $(STAMP)
 	$(VENV)/bin/pip install -q ".[synth]"
 	@touch $@
 
 synth: $(SYNTH_STAMP)
-	$(PY) -m sim.synth --config $(CONFIG) $(if $(filter 1,$(ECP5)),--ecp5)
+	$(PY) -m sim.synth --config $(CONFIG) $(if $(filter 1,$(ECP5)),--ecp5) $(if $(YOSYS),--yosys $(YOSYS))
 
 # Bounded proofs of the bus rules (sim/formal, docs/verification.md); installs Yosys
 # (YoWASP) and the Yices solver on first use. About 2.5 minutes on 2 cores.

@@ -373,7 +373,7 @@ def build(unit: str, params: dict | None = None) -> Path:
             "verilator", "--cc", "--exe", "--build", "-j", "1", "-O3",
             "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal", "-Wno-CASEINCOMPLETE",
             "--prefix", "Vtop", "--top-module", name, "-Mdir", "obj", "-o", "fpcheck",
-            "-CFLAGS", "-O2", source.name, str(MAIN_CPP),
+            "-CFLAGS", "-O1", source.name, str(MAIN_CPP),
         ]
         digest = hashlib.sha256("\0".join(
             [text, MAIN_CPP.read_text(), *command]).encode()).hexdigest()

@@ -56,9 +56,12 @@ class SimResult:
 
 
 #: Verilator options of every build: Amaranth's waivers (``sim/lint.py`` checks them),
-#: fast X handling, Verilator's own optimisations.
+#: fast X handling, Verilator's own optimisations, and the C++ compiled at ``-O1``
+#: instead of Verilator's ``-Os`` (measured on the ``small`` device: 12 % less compile
+#: time, the same simulation speed; ``-O0`` compiles 40 % faster but simulates 2.4
+#: times slower).
 VERILATOR_ARGS = ("-Wno-fatal", "-Wno-CASEINCOMPLETE", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC",
-                  "--x-assign", "fast", "--x-initial", "fast", "-O3")
+                  "--x-assign", "fast", "--x-initial", "fast", "-O3", "-CFLAGS", "-O1")
 
 
 #: Verilator options of a coverage build (``make coverage``, ``sim/coverage.py``).

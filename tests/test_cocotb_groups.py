@@ -19,6 +19,7 @@ import pytest
 from tb import groups
 
 from . import test_ckpt_cocotb, test_coherence_cocotb, test_device_cocotb, test_engine_cocotb
+from .conftest import cocotb_items, every_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,6 +55,28 @@ def test_every_cocotb_test_is_tagged_and_run_once(module: str) -> None:
     assert run == want, (f"tb/{module}.py: variants no group runs "
                          f"{sorted(want - run)}, run more than once or unknown "
                          f"{sorted(run - want)}")
+
+
+@pytest.mark.parametrize("module", [test_device_cocotb, test_engine_cocotb, test_ckpt_cocotb,
+                                    test_coherence_cocotb], ids=lambda m: m.__name__)
+def test_icarus_sample_names_groups(module) -> None:
+    """A misspelt group in a module's Icarus sample would silently run nothing."""
+    assert module.ICARUS_SAMPLE and set(module.ICARUS_SAMPLE) <= set(module.GROUPS)
+
+
+def test_icarus_runs_its_sample_only_beside_verilator() -> None:
+    groups_ = {"a": [], "b": [], "c": []}
+    both = [("verilator", "small"), ("verilator", "odd"), ("icarus", "small")]
+    assert cocotb_items(both, groups_, ("b",)) == [
+        ("verilator", "small", "a"), ("verilator", "small", "b"), ("verilator", "small", "c"),
+        ("verilator", "odd", "a"), ("verilator", "odd", "b"), ("verilator", "odd", "c"),
+        ("icarus", "small", "b")]
+    alone = [("icarus", "small")]                       # SIM=icarus: every group
+    assert cocotb_items(alone, groups_, ("b",)) == [("icarus", "small", g) for g in "abc"]
+    assert every_variant("verilator", "small", both)
+    assert not every_variant("verilator", "odd", both)
+    assert not every_variant("icarus", "small", both)
+    assert not every_variant("icarus", "small", alone)
 
 
 def test_a_test_has_one_group() -> None:

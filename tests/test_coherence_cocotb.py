@@ -1,8 +1,10 @@
 """Slow tier: coherence in the whole device (``tb/test_coherence.py``): the GPU's cache of
 device lines against the DCOH, GPU memory through the CXL.cache agent, bias flips, bad
-coherence input; on Verilator and Icarus (``small``; ``CONFIG=default`` for the default
-device, see ``tests/test_device_cocotb.py``), and the CXL.cache fuzzer (group ``fuzz``:
-6,000 fuzzed H2D messages on Verilator, 400 on Icarus).
+coherence input; on Verilator (every group) and Icarus (the groups of
+:data:`ICARUS_SAMPLE` when both simulators run, every group with ``SIM=icarus``), both
+with ``small`` (``CONFIG=default`` for the default device, see
+``tests/test_device_cocotb.py``), and the CXL.cache fuzzer (group ``fuzz``: 6,000 fuzzed
+H2D messages on Verilator, 400 on Icarus).
 
 Each group is one simulator run. Icarus (with fewer descriptors, GPU operations and
 fuzzed messages) and the ``default`` device run the noisy variant of each data-moving
@@ -16,7 +18,7 @@ import pytest
 
 from tb.groups import groups, noisiest
 
-from .conftest import run_cocotb_group, sim_configs
+from .conftest import cocotb_items, run_cocotb_group, sim_configs
 
 #: ``CONFIG=<preset or .toml>`` runs one config on every simulator.
 CASES = sim_configs({"verilator": ("small",), "icarus": ("small",)})
@@ -29,6 +31,10 @@ PARAMS = {"verilator": {"n_desc": 3, "n_gpu": 150, "n_msgs": 6000},
 
 #: ``{group: [cocotb test names]}``, from the ``@group`` tags in ``tb/test_coherence.py``.
 GROUPS = groups("tb.test_coherence")
+#: The groups Icarus runs when both simulators do: bias flips, the CXL.cache protocol and
+#: its fuzzer (the training run on Icarus keeps its scratch buffers in GPU memory, so
+#: every LOOKUP and UPDATE there goes through the CXL.cache agent).
+ICARUS_SAMPLE = ("flips", "protocol", "fuzz")
 
 
 def variants(sim: str, config: str) -> dict[str, list[str]]:
@@ -40,8 +46,7 @@ def variants(sim: str, config: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("group", list(GROUPS))
-@pytest.mark.parametrize("sim, config", CASES)
+@pytest.mark.parametrize("sim, config, group", cocotb_items(CASES, GROUPS, ICARUS_SAMPLE))
 def test_coherence(sim: str, config: str, group: str) -> None:
     run_cocotb_group("tb.test_coherence", config, sim, group, variants(sim, config)[group],
                      PARAMS[sim])
