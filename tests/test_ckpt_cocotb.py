@@ -2,21 +2,19 @@
 (``tb/test_ckpt.py``): the crash campaign on Verilator and Icarus.
 
 Items as in ``tests/test_device_cocotb.py`` (:func:`tests.conftest.cocotb_items`):
-every group on Verilator with ``small`` and ``odd``, the campaign on Icarus with
-``small``. Each campaign test runs power failures at random cycles, in the campaign
-and in the power-failure-during-recovery variant: ``N_POINTS`` each on Verilator
-``small`` (95 + 95), ``SAMPLE_POINTS[sim]`` on the other (simulator, preset) pairs
-(10 + 10 on Verilator ``odd``, 3 on Icarus), 213 per CI run; with the 4 of
-``tests/test_campaign.py``'s run of ``make campaign``'s driver on a Dask cluster, CI
-tries 217. The breadth runs on the faster simulator (a crash point costs about four
+every group on Verilator with ``small``, the campaign on Icarus with ``odd`` (every
+group with ``SIM=icarus``). Each campaign test runs power failures at random cycles,
+in the campaign and in the power-failure-during-recovery variant: ``N_POINTS`` each on
+Verilator (95 + 95), ``SAMPLE_POINTS[sim]`` on Icarus (3), 193 per CI run; with the 4
+of ``tests/test_campaign.py``'s run of ``make campaign``'s driver on a Dask cluster, CI
+tries 197. The breadth runs on the faster simulator (a crash point costs about four
 times as many CPU seconds on Icarus). Points chain (each trains on from the state the
-previous recovery left). The points of the Verilator ``small`` campaign tests are
-spread over ``PARTS`` pytest items (one simulator run each, which formats the device
-and measures the uncrashed window first), so that no single item bounds the wall
-time of ``pytest -n auto`` on two cores. In the first campaign item of each
-(simulator, preset) pair one point's tables are changed behind the device after its
-recovery, and the item passes only if exactly that point is counted lost.
-``SEED=<n>`` replays an item.
+previous recovery left). The points of the Verilator campaign tests are spread over
+``PARTS`` pytest items (one simulator run each, which formats the device and measures
+the uncrashed window first), so that no single item bounds the wall time of ``pytest
+-n auto`` on two cores. In the first campaign item of each simulator one point's tables
+are changed behind the device after its recovery, and the item passes only if exactly
+that point is counted lost. ``SEED=<n>`` replays an item.
 """
 
 from __future__ import annotations
@@ -29,13 +27,13 @@ from .conftest import cocotb_items, run_cocotb_group, sim_configs
 
 #: Presets per simulator (as the device and engine tests); ``CONFIG=<preset or .toml>``
 #: runs one config on every simulator.
-CASES = sim_configs({"verilator": ("small", "odd"), "icarus": ("small",)})
+CASES = sim_configs({"verilator": ("small",), "icarus": ("odd",)})
 
 #: Crash points per campaign test on the first (simulator, preset) pair, and the pytest
 #: items they are spread over.
 N_POINTS = 95
 PARTS = 5
-#: Crash points per campaign test on the other pairs (one item each).
+#: Crash points per campaign test on the other (simulator, preset) pairs (one item each).
 SAMPLE_POINTS = {"verilator": 10, "icarus": 3}
 
 #: The crash point of each pair's first campaign item whose tables the bench changes

@@ -3,11 +3,11 @@ Verilator and Icarus.
 
 Parametrized over (simulator, config, group) items as in ``tests/test_device_cocotb.py``
 (:func:`tests.conftest.cocotb_items`): every group on Verilator with ``small`` (every
-idle/backpressure variant) and ``odd`` (the noisiest variant of each test), the groups
-of :data:`ICARUS_SAMPLE` on Icarus with ``small``; ``CONFIG=default`` for the default
-device. Each group is one simulator run sharing the device build of
-``tests/test_device_cocotb.py``. ``SEED=<n>`` replays a run; otherwise a fresh seed is
-drawn and printed. """
+idle/backpressure variant), the groups of :data:`ICARUS_SAMPLE` on Icarus with ``odd``
+(the noisiest variant of each test; every group with ``SIM=icarus``);
+``CONFIG=default`` for the default device. Each group is one simulator run sharing the
+device build of ``tests/test_device_cocotb.py``. ``SEED=<n>`` replays a run; otherwise
+a fresh seed is drawn and printed. """
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tb.groups import groups, noisiest
 from .conftest import cocotb_items, every_variant, run_cocotb_group, sim_configs
 
 #: Presets per simulator; ``CONFIG=<preset or .toml>`` runs one config on every simulator.
-CASES = sim_configs({"verilator": ("small", "odd"), "icarus": ("small",)})
+CASES = sim_configs({"verilator": ("small",), "icarus": ("odd",)})
 
 #: Descriptors per idle/backpressure variant of the random tests.
 N_DESC = {"verilator": 12, "icarus": 6}
@@ -26,7 +26,7 @@ N_DESC = {"verilator": 12, "icarus": 6}
 #: 10,000).
 N_FUZZ = {"verilator": 300, "icarus": 60}
 #: LOOKUPs of ``test_lookup_long_buffers_round_robin``: one per bag sequencer of
-#: ``small`` and ``odd`` on Verilator, one on Icarus (each takes about 12 s there).
+#: ``small`` on Verilator, one on Icarus (each takes about 12 s there).
 N_ROUND_ROBIN = {"verilator": 2, "icarus": 1}
 
 
