@@ -1,6 +1,6 @@
 # TrainingCXL device: every flow goes through this file.
 #   make sim      the main job: train a DLRM through the device, crash, recover, report
-#   make test     the whole regression (pytest -n auto, Verilator and Icarus)
+#   make test     the regression (pytest -n auto: Verilator, and a sample on Icarus; SIM=icarus: every group on Icarus)
 #   make test-fast  the Amaranth-simulator tests only (the edit-test loop, minutes)
 #   make verilog  elaborate every design for CONFIG into build/verilog/<config>/, with a
 #                 FuseSoC core and a file list (docs/fpga.md)
