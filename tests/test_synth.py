@@ -149,3 +149,19 @@ def test_synth_xilinx_small_design(tmp_path):
     kinds = {m["name"]: m["mapped_to"] for m in r["memories"]}
     assert kinds["top.big"] == "BRAM"
     assert r["modules"]["top"]["BRAM36"] + r["modules"]["top"]["BRAM18"] >= 1
+
+
+def test_stat_json_of_yosys_0_23():
+    """Debian's Yosys 0.23 writes its hierarchy listing into ``stat -json``; the
+    listing's lines are dropped and the rest read as JSON."""
+    text = ('{\n   "creator": "Yosys 0.23",\n   "modules": {\n      "top": {\n'
+            '         "num_cells": 2,\n         "num_cells_by_type": {\n'
+            '            "LUT2": 1,\n            "FDRE": 1\n         }\n      }\n   },\n'
+            '       top.sub      1\n'
+            '      "design": {\n         "num_cells": 2\n      }\n}\n')
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+    stat = synth.load_stat(text)
+    assert stat["modules"]["top"]["num_cells_by_type"] == {"LUT2": 1, "FDRE": 1}
+    assert stat["design"] == {"num_cells": 2}
+    assert synth.load_stat('{"modules": {}}') == {"modules": {}}
