@@ -280,7 +280,7 @@ def synth_xilinx(path: Path, top: str, *, memories_only: bool = False) -> dict:
     steps = [
         f"read_verilog {path.name}",
         f"{synth} -run :map_memory",
-        # Yosys before 0.24 or so has no write_json -selected: the whole netlist then
+        # Yosys 0.23 (Debian's) has no write_json -selected: the whole netlist then
         # (parse_memories takes the memory cells from it).
         *(["select t:$mem t:$mem_v2", f"write_json -selected {mems_json.name}", "select -clear"]
           if YOSYS["kind"] == "yowasp" else [f"write_json {mems_json.name}"]),
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run synth_ecp5 + nextpnr-ecp5 (Fmax; slow)")
     parser.add_argument("--yosys", choices=("yowasp", "native"), default="yowasp",
                         help="the Yosys of synth_xilinx: the YoWASP build (default) or a "
-                             "native yosys on PATH (several times faster)")
+                             "native yosys on PATH (Debian's 0.23 works)")
     args = parser.parse_args(argv)
     YOSYS["kind"] = args.yosys
     config = load_config(args.config)
