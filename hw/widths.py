@@ -93,8 +93,23 @@ def lowest_set(m: Module, vector, name: str) -> tuple[Signal, Signal]:
     return any_, idx
 
 
+_ONEHOT_FLAT = 64
+
+
 def onehot(m: Module, index, n: int, name: str) -> Signal:
-    """``n``-bit one-hot decode of ``index``."""
+    """``n``-bit one-hot decode of ``index`` (all zero for ``index >= n``).
+
+    Up to 64 outputs, one comparison per output; above, two levels: the low six bits
+    and the rest of ``index`` are decoded apart, and each 64-output group is the low
+    decode where the high decode selects the group, so the decode grows as ``n`` and
+    not as ``n * log2(n)``."""
+    index = Value.cast(index).as_unsigned()
     out = Signal(n, name=name)
-    m.d.comb += out.eq(Cat(*(index == i for i in range(n))))
+    low = _ONEHOT_FLAT.bit_length() - 1
+    if n <= _ONEHOT_FLAT or len(index) <= low:
+        m.d.comb += out.eq(Cat(*(index == i for i in range(n))))
+        return out
+    lo = onehot(m, index[:low], _ONEHOT_FLAT, f"{name}_lo")
+    hi = onehot(m, index[low:], -(-n // _ONEHOT_FLAT), f"{name}_hi")
+    m.d.comb += out.eq(Cat(*(Mux(hi[j], lo, 0) for j in range(len(hi))))[:n])
     return out

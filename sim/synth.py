@@ -114,7 +114,8 @@ _LIBMAP_RE = re.compile(r"^(?:mapping memory (\S+) via (\S+)|using FF mapping fo
 def parse_libmap_log(log: str) -> dict[str, str]:
     """``memory_libmap``'s decisions from a Yosys log: memory name -> BRAM, URAM,
     LUTRAM or FF (``mapping memory M.N via $__XILINX_BLOCKRAM_TDP_``, ``using FF
-    mapping for memory M.N``)."""
+    mapping for memory M.N``; UltraRAM is ``$__XILINX_HUGERAM_`` in Yosys 0.70 and
+    ``$__XILINX_URAM_`` in 0.23)."""
     out: dict[str, str] = {}
     for line in log.splitlines():
         m = _LIBMAP_RE.match(line.strip())
@@ -124,7 +125,7 @@ def parse_libmap_log(log: str) -> dict[str, str]:
             out[m.group(3)] = "FF"
             continue
         cell = m.group(2)
-        kind = ("URAM" if "HUGERAM" in cell else "BRAM" if "BLOCKRAM" in cell
+        kind = ("URAM" if "HUGERAM" in cell or "URAM" in cell else "BRAM" if "BLOCKRAM" in cell
                 else "LUTRAM" if "LUTRAM" in cell else cell)
         out[m.group(1)] = kind
     return out

@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
+import pytest
 from amaranth.hdl import Module
 
 from hw.engine.row_store import RowStore, StoreReader, store_index
@@ -37,9 +38,9 @@ MAX_BURST = 4
 LINE = 64
 
 
-def _dut():
+def _dut(lines: int = LINES):
     m = Module()
-    m.submodules.store = store = RowStore(addr_width=AW, lines=LINES)
+    m.submodules.store = store = RowStore(addr_width=AW, lines=lines)
     m.submodules.reader = reader = StoreReader(addr_width=AW, id_width=IDW,
                                                max_burst=MAX_BURST, queue=8)
     m.d.comb += [
@@ -179,10 +180,10 @@ class Bench:
             self.cycle += 1
 
 
-def _pool() -> list[int]:
+def _pool(lines: int = LINES) -> list[int]:
     """Line addresses of the random test: two runs of 6 lines in two 4 KiB pages, in 12
     distinct entries, and a line that shares the entry of the first one."""
-    bits = LINES.bit_length() - 1
+    bits = lines.bit_length() - 1
     lines = [page * 4096 + LINE * k for page in (1, 2) for k in range(6)]
     assert len({store_index(a, bits) for a in lines}) == len(lines)
     twin = next(a for a in range(0x20000, 0x40000, LINE)
@@ -190,11 +191,13 @@ def _pool() -> list[int]:
     return [*lines, twin]
 
 
-def test_random_traffic(seed):
+@pytest.mark.parametrize("lines", [LINES, 256])
+def test_random_traffic(seed, lines):
+    """Also with 256 entries, where the valid bits' one-hot decodes have two levels."""
     rng = random.Random(seed)
-    dut = _dut()
+    dut = _dut(lines)
     bench = Bench(rng)
-    pool = _pool()
+    pool = _pool(lines)
 
     def burst():
         addr = rng.choice(pool)

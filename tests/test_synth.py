@@ -36,6 +36,7 @@ Extracted data FF from read port 0 of tcxl_device_small.engine.table.memory: $\\
 using FF mapping for memory tcxl_device_small.dcoh.entries
 mapping memory top.big via $__XILINX_HUGERAM_
 mapping memory top.small via $__XILINX_LUTRAM_SDP_
+mapping memory top.huge via $__XILINX_URAM_
 """
 
 STAT = {
@@ -63,6 +64,7 @@ def test_parse_libmap_log():
         "tcxl_device_small.dcoh.entries": "FF",
         "top.big": "URAM",
         "top.small": "LUTRAM",
+        "top.huge": "URAM",         # Yosys 0.23's name for UltraRAM
     }
 
 

@@ -15,7 +15,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..bus.axi import AXI4Signature, AxiBurst
-from ..widths import check_int, check_pow2, select_bit
+from ..widths import check_int, check_pow2, onehot, select_bit
 from .pool_reduce import LINE_BITS
 
 __all__ = ["RowStore", "StoreReader", "store_index"]
@@ -173,8 +173,8 @@ class RowStore(wiring.Component):
         c_line = Signal(tag_bits)
         c_idx = Signal(k)
         m.d.sync += [c_due.eq(inv_now), c_line.eq(inv_line), c_idx.eq(_index(inv_line, k))]
-        with m.If(c_due & (tag_inv.data == c_line)):
-            m.d.sync += valid.bit_select(c_idx, 1).eq(0)
+        clear = Signal()
+        m.d.comb += clear.eq(c_due & (tag_inv.data == c_line))
 
         # --- fill (after the clear: a fill of the entry in the same cycle wins)
         fill_line = Signal(tag_bits)
@@ -188,10 +188,13 @@ class RowStore(wiring.Component):
             tag_w.addr.eq(fill_idx), tag_w.data.eq(fill_line), tag_w.en.eq(fill_go),
             line_w.addr.eq(fill_idx), line_w.data.eq(self.fill_data), line_w.en.eq(fill_go),
         ]
-        with m.If(fill_go):
-            m.d.sync += valid.bit_select(fill_idx, 1).eq(1)
-        with m.If(self.flash):
-            m.d.sync += valid.eq(0)
+        # The valid bits as whole-vector logic from two one-hot decodes (a fill of an
+        # entry wins over its clear, ``flash`` over both): a bit-select assignment per
+        # source makes Yosys build a multiplexer of the whole vector per entry.
+        set_oh = onehot(m, fill_idx, self._lines, "fill_oh")
+        clear_oh = onehot(m, c_idx, self._lines, "clear_oh")
+        m.d.sync += valid.eq(Mux(self.flash, 0,
+                                 Mux(fill_go, set_oh, 0) | (valid & ~Mux(clear, clear_oh, 0))))
         return m
 
 
