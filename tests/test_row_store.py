@@ -38,9 +38,9 @@ MAX_BURST = 4
 LINE = 64
 
 
-def _dut(lines: int = LINES):
+def _dut(entries: int = LINES):
     m = Module()
-    m.submodules.store = store = RowStore(addr_width=AW, lines=lines)
+    m.submodules.store = store = RowStore(addr_width=AW, lines=entries)
     m.submodules.reader = reader = StoreReader(addr_width=AW, id_width=IDW,
                                                max_burst=MAX_BURST, queue=8)
     m.d.comb += [
@@ -180,10 +180,11 @@ class Bench:
             self.cycle += 1
 
 
-def _pool(lines: int = LINES) -> list[int]:
-    """Line addresses of the random test: two runs of 6 lines in two 4 KiB pages, in 12
-    distinct entries, and a line that shares the entry of the first one."""
-    bits = lines.bit_length() - 1
+def _pool(entries: int = LINES) -> list[int]:
+    """Line addresses of the random test (a store of ``entries``): two runs of 6 lines in
+    two 4 KiB pages, in 12 distinct entries, and a line that shares the entry of the
+    first one."""
+    bits = entries.bit_length() - 1
     lines = [page * 4096 + LINE * k for page in (1, 2) for k in range(6)]
     assert len({store_index(a, bits) for a in lines}) == len(lines)
     twin = next(a for a in range(0x20000, 0x40000, LINE)
@@ -191,13 +192,13 @@ def _pool(lines: int = LINES) -> list[int]:
     return [*lines, twin]
 
 
-@pytest.mark.parametrize("lines", [LINES, 256])
-def test_random_traffic(seed, lines):
+@pytest.mark.parametrize("entries", [LINES, 256])
+def test_random_traffic(seed, entries):
     """Also with 256 entries, where the valid bits' one-hot decodes have two levels."""
     rng = random.Random(seed)
-    dut = _dut(lines)
+    dut = _dut(entries)
     bench = Bench(rng)
-    pool = _pool(lines)
+    pool = _pool(entries)
 
     def burst():
         addr = rng.choice(pool)
