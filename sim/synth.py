@@ -310,7 +310,8 @@ def synth_xilinx(path: Path, top: str, *, memories_only: bool = False,
     return result
 
 
-#: ECP5 speed grades nextpnr-ecp5 models (6 is the slowest); issue 16's target is on 8.
+#: ECP5 speed grades nextpnr-ecp5 models (6 is the slowest; the 125 MHz per-block goal
+#: in ``docs/performance.md`` is set on 8, the default).
 ECP5_SPEEDS = ("6", "7", "8")
 
 
