@@ -369,6 +369,9 @@ def bench_perfmodel(config_name: str, sim: str, seed: int | None,
     """Fit ``sim/perfmodel.py`` on RTL runs, check it on held-out RTL runs, predict the
     presets at :data:`PERFMODEL_PREDICT_BATCH` samples (with the host-software model at
     the same size)."""
+    from hw.ckpt.logger import hold_lines
+    from hw.config import load_config
+
     from . import perfmodel as pm
     from .host_software import host_software_run
     from .platform import get_platform
@@ -388,7 +391,7 @@ def bench_perfmodel(config_name: str, sim: str, seed: int | None,
             raise RuntimeError(f"RTL point {point.name} failed")
         runs[point] = json.loads(prefix.with_name(prefix.name + ".json").read_text())
     fit_runs = {p: runs[p] for p in pm.FIT_POINTS}
-    model = pm.fit(fit_runs, seed)
+    model = pm.fit(fit_runs, seed, hold_lines(load_config(config_name).ckpt_fifo_lines))
     fitted = pm.validate(model, fit_runs, seed)
     heldout = pm.validate(model, {p: runs[p] for p in pm.HELDOUT_POINTS}, seed)
     predictions = {}

@@ -19,7 +19,7 @@ from .formats import HEADER, LINE_BITS, LOG_MAGIC, line_sum, sum64_finish
 from .record_writer import MAX_WRITES, RecordWriter
 from .space_tracker import LIVE_BATCHES, SpaceTracker
 
-__all__ = ["LIVE_BATCHES", "MAX_WRITES", "UNDO_IN", "UndoLogger", "filter_index"]
+__all__ = ["LIVE_BATCHES", "MAX_WRITES", "UNDO_IN", "UndoLogger", "filter_index", "hold_lines"]
 
 #: One captured line of a table row (the engine's undo stream, ``row_gather.UNDO``).
 UNDO_IN = data.StructLayout({
@@ -31,6 +31,12 @@ UNDO_IN = data.StructLayout({
     "row_addr": 48,         # device byte address of the row's first line
     "n_lines": 8,           # lines of the row
 })
+
+
+def hold_lines(fifo_lines: int) -> int:
+    """The logger's high-water mark: below this many buffered lines a held logger
+    starts no record (``UndoLogger``, "Hold"; three quarters of the FIFO)."""
+    return (3 * fifo_lines + 3) // 4
 
 
 class UndoLogger(wiring.Component):
@@ -227,7 +233,7 @@ class UndoLogger(wiring.Component):
         m.d.comb += base.eq(self.log_base + space.slot_off)
         # Hold: no new record below the high-water mark (three quarters of the FIFO).
         defer = Signal()
-        m.d.comb += defer.eq(self.hold & (fifo.level < (3 * self._fifo_lines + 3) // 4))
+        m.d.comb += defer.eq(self.hold & (fifo.level < hold_lines(self._fifo_lines)))
         ovf_row = overflow & (overflow_batch == h.batch_id)
         bad_n = ~h.n_lines.any() | (h.n_lines >= self.slot_lines)
         set_ovf = Signal()
