@@ -74,13 +74,18 @@ class OrderingTable(wiring.Component):
         for bucket in range(self._buckets):
             for write, kind in ((False, "rd"), (True, "wr")):
                 count = Signal(range(self._depth + 1), name=f"{kind}_count_{bucket}")
+                # busy is count != 0, kept in its own flip-flop and computed from the
+                # registered count, so that the late issue and retire strobes only
+                # select its next value (no OR of the count after them, for timing).
+                # A retire finds count >= 1, so count != 1 is count[1:] != 0.
+                nonzero = Signal(name=f"{kind}_busy_{bucket}")
                 up = issue.valid & (issue.p.write == write) & (issue.p.bucket == bucket)
                 down = retire.valid & (retire.p.write == write) & (retire.p.bucket == bucket)
                 with m.If(up & ~down):
-                    m.d.sync += count.eq(count + 1)
+                    m.d.sync += [count.eq(count + 1), nonzero.eq(1)]
                 with m.Elif(down & ~up):
-                    m.d.sync += count.eq(count - 1)
-                busy[write].append(count.any())
+                    m.d.sync += [count.eq(count - 1), nonzero.eq(count[1:].any())]
+                busy[write].append(nonzero)
         m.d.comb += [self.o_read_busy.eq(Cat(busy[False])),
                      self.o_write_busy.eq(Cat(busy[True]))]
         return m
