@@ -270,15 +270,17 @@ def _lutram_lib(out: Path, yosys: str) -> str:
 
 
 def synth_xilinx(path: Path, top: str, *, memories_only: bool = False,
-                 yosys: str = "yowasp") -> dict:
+                 yosys: str = "yowasp", flatten: bool = False) -> dict:
     """Run synth_xilinx on one emitted design in its directory; returns resources per
     module, the memories and the tool time. ``memories_only`` stops after
-    memory_libmap: the memory check without the (much longer) fine mapping and ABC."""
+    memory_libmap: the memory check without the (much longer) fine mapping and ABC.
+    ``flatten`` flattens the design first: one LUT-mapping call for the whole design
+    instead of one per module (the totals are then the top module's only)."""
     out = path.parent
     lutrams = _lutram_lib(out, yosys)
     mems_json, stat_json, log = (out / f"{top}.mems.json", out / f"{top}.stat.json",
                                  out / f"{top}.xilinx.log")
-    synth = f"synth_xilinx -family xcup -uram -top {top}"
+    synth = f"synth_xilinx -family xcup -uram{' -flatten' if flatten else ''} -top {top}"
     steps = [
         f"read_verilog {path.name}",
         f"{synth} -run :map_memory",
@@ -303,7 +305,7 @@ def synth_xilinx(path: Path, top: str, *, memories_only: bool = False,
                 "yosys_seconds": seconds}
     memories = classify_memories(parse_memories(json.loads(mems_json.read_text())),
                                  parse_libmap_log(log.read_text()))
-    result = {"memories": [asdict(m) | {"bits": m.bits} for m in memories],
+    result = {"command": synth, "memories": [asdict(m) | {"bits": m.bits} for m in memories],
               "memories_in_flipflops": in_flipflops(memories), "yosys_seconds": seconds}
     if not memories_only:
         result["modules"] = hierarchy_totals(load_stat(stat_json.read_text()))
@@ -400,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--design", action="append", choices=sorted(DESIGNS))
     parser.add_argument("--memories-only", action="store_true",
                         help="stop after memory mapping: the memory check, no resource counts")
+    parser.add_argument("--flatten", action="store_true",
+                        help="flatten before synthesis (one LUT mapping for the whole "
+                             "design; resources of the top module only)")
     parser.add_argument("--ecp5", action="store_true",
                         help="also run synth_ecp5 + nextpnr-ecp5 (Fmax; slow)")
     parser.add_argument("--ecp5-speed", choices=ECP5_SPEEDS, default="8",
@@ -424,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(result, indent=2))
             failed += "error" in result
         r = synth_xilinx(path, top, memories_only=args.memories_only,
-                         yosys=args.yosys) | {"top": top}
+                         yosys=args.yosys, flatten=args.flatten) | {"top": top}
         seconds[f"{design}.synth_xilinx"] = r["yosys_seconds"]
         (out / f"{top}.xilinx.json").write_text(json.dumps(r, indent=2) + "\n")
         results[design] = r

