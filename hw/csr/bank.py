@@ -13,6 +13,17 @@ from .registers import DATA_WIDTH, Kind, RegisterMap, register_map
 __all__ = ["CsrBank"]
 
 
+def _or_tree(values: list) -> Value:
+    """The OR of ``values`` as a balanced tree (a chain of 145 ORs is too deep for the
+    Amaranth simulator's recursion); 0 for none."""
+    if not values:
+        return Const(0, DATA_WIDTH)
+    while len(values) > 1:
+        values = [values[i] | values[i + 1] if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return Value.cast(values[0])
+
+
 class CsrBank(wiring.Component):
     """AXI4-Lite register bank built from a :class:`~hw.csr.registers.RegisterMap`.
 
@@ -160,13 +171,18 @@ class CsrBank(wiring.Component):
             with m.Default():
                 m.d.sync += bus.bresp.eq(AxiResp.SLVERR)
 
-        # --- read path: hold the AR address one cycle, then load R ---------------------
+        # --- read path: decode the AR address at its handshake, then load R ------------
+        # One flip-flop per word, set when the accepted address is the word's: the cycle
+        # after the handshake selects the word's value with it (an AND-OR), instead of
+        # decoding a held address there, which is the bank's longest path.
         ar_full = Signal()
-        ar_addr = Signal(aw)
         m.d.comb += bus.arready.eq(~ar_full & ~bus.rvalid)
-        with m.If(bus.arvalid & bus.arready):
-            m.d.sync += [ar_full.eq(1), ar_addr.eq(bus.araddr)]
         rd_word = {w.name: Signal(name=f"rd_{w.name.lower()}") for w in self.registers.words}
+        rd_sel = {w.name: Signal(name=f"rd_sel_{w.name.lower()}") for w in self.registers.words}
+        with m.If(bus.arvalid & bus.arready):
+            m.d.sync += ar_full.eq(1)
+            m.d.sync += [rd_sel[w.name].eq(bus.araddr[:aw] == w.offset)
+                         for w in self.registers.words]
         with m.If(ar_full):
             m.d.sync += [ar_full.eq(0), bus.rvalid.eq(1)]
         with m.Elif(bus.rready):
@@ -230,13 +246,13 @@ class CsrBank(wiring.Component):
                 read_value[lo.name] = count[:DATA_WIDTH]
                 read_value[hi.name] = snapshot
 
-        with m.If(ar_full), m.Switch(ar_addr):
-            for w in self.registers.words:
-                with m.Case(w.offset):
-                    m.d.comb += rd_word[w.name].eq(1)
-                    m.d.sync += [bus.rdata.eq(read_value[w.name]),
-                                 bus.rresp.eq(AxiResp.OKAY)]
-            with m.Default():
-                m.d.sync += [bus.rdata.eq(0), bus.rresp.eq(AxiResp.SLVERR)]
+        words = self.registers.words
+        with m.If(ar_full):
+            m.d.comb += [rd_word[w.name].eq(rd_sel[w.name]) for w in words]
+            m.d.sync += [
+                bus.rdata.eq(_or_tree([Mux(rd_sel[w.name], read_value[w.name], 0)
+                                       for w in words])),
+                bus.rresp.eq(Mux(Cat(rd_sel.values()).any(), AxiResp.OKAY, AxiResp.SLVERR)),
+            ]
 
         return m
