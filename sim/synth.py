@@ -384,6 +384,7 @@ def summarize(config_tag: str, results: dict[str, dict], out: Path,
     big_ff = sorted(n for n, m in memories.items()
                     if m["mapped_to"] == "FF" and m["bits"] > FF_LIMIT_BITS)
     return {"config": config_tag, "tool": f"{tool}: synth_xilinx -family xcup -uram",
+            "commands": {d: r["command"] for d, r in results.items() if "command" in r},
             "device": device, "xcu200_utilization": utilization(device) if device else None,
             "blocks": blocks, "memories_in_flipflops": big_ff,
             "memories": sorted(memories.values(), key=lambda m: m["name"]),

@@ -101,7 +101,7 @@ def test_summarize(tmp_path):
         "mem_endpoint": {"top": "tcxl_mem_endpoint_small",
                          "modules": {"tcxl_mem_endpoint_small": res},
                          "memories": []},
-        "device": {"top": "tcxl_device_small",
+        "device": {"top": "tcxl_device_small", "command": "synth_xilinx -flatten",
                    "modules": {"tcxl_device_small": res, "tcxl_device_small.engine": res,
                                "tcxl_device_small.engine.table": res},
                    "memories": [{"name": "tcxl_device_small.x", "bits": 4096, "mapped_to": "FF"},
@@ -114,6 +114,7 @@ def test_summarize(tmp_path):
     assert "tcxl_device_small.engine.table" not in s["blocks"]
     assert s["memories_in_flipflops"] == ["tcxl_device_small.x"]
     assert s["xcu200_utilization"]["LUT"] == round(1 / 1_182_240, 5)
+    assert s["commands"] == {"device": "synth_xilinx -flatten"}   # the endpoint's has none
     # --memories-only: no resource counts, the memory check still counts.
     del results["device"]["modules"]
     s = synth.summarize("small", results, tmp_path, {})
