@@ -370,7 +370,6 @@ def bench_perfmodel(config_name: str, sim: str, seed: int | None,
     presets at :data:`PERFMODEL_PREDICT_BATCH` samples (with the host-software model at
     the same size)."""
     from hw.ckpt.logger import hold_lines
-    from hw.config import load_config
 
     from . import perfmodel as pm
     from .host_software import host_software_run

@@ -186,8 +186,8 @@ def fit(runs: dict[Point, dict], seed: int, hold: int = DEFAULT_HOLD_LINES) -> P
         r = y - x @ c
         return c, float(r @ r)
 
-    coef = {key: solve(key, 0.0)[0] for key in PHASE_FEATURES}
     logged = [key for key in PHASE_FEATURES if key[0] == "trainingcxl" and key[1] != "checkpoint"]
+    coef = {key: solve(key, 0.0)[0] for key in PHASE_FEATURES if key not in logged}
     best = None
     for cost in UNDO_LINE_CYCLES:
         fits = {key: solve(key, cost) for key in logged}
